@@ -1,0 +1,2 @@
+//! Bench: see the module docs once written.
+fn main() {}

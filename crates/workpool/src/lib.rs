@@ -1,0 +1,1 @@
+//! Worker pool for per-chunk works and reclaim jobs.

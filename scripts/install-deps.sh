@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages zonedd's build and tests need (idempotent; root required).
+#   libclang-dev: libublk-sys runs bindgen
+#   qemu-system-x86, busybox-static: the VM harness (this machine's kernel has no ublk/zoned)
+#   xfsprogs, fio, dmsetup, sg3-utils: used inside the VM guest
+set -euo pipefail
+pkgs=(libclang-dev qemu-system-x86 busybox-static xfsprogs fio dmsetup sg3-utils)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-deps: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

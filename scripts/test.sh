@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The full test suite: formatting and lints, the host tests, then every VM scenario.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo test (host)"
+cargo test --workspace --release
