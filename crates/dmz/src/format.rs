@@ -385,7 +385,7 @@ fn dev_err(msg: impl Into<String>) -> FormatError {
 
 fn census(zones: &[Zone], geometry: &Geometry) -> Result<ZoneCensus> {
     let zs = geometry.zone_size;
-    if zs == 0 || !zs.is_power_of_two() || zs % BLOCK as u64 != 0 {
+    if !zs.is_power_of_two() || zs < BLOCK as u64 {
         return Err(dev_err(format!(
             "zone size {zs} bytes is not a power of two multiple of 4096; dm-zoned needs one"
         )));
@@ -395,7 +395,7 @@ fn census(zones: &[Zone], geometry: &Geometry) -> Result<ZoneCensus> {
             "zone capacity < zone size (ZNS) is not supported by the v2 format",
         ));
     }
-    if geometry.block_size == 0 || BLOCK as u32 % geometry.block_size != 0 {
+    if !geometry.block_size.is_power_of_two() || geometry.block_size > BLOCK as u32 {
         return Err(dev_err(format!(
             "logical block size {} does not divide 4096",
             geometry.block_size
