@@ -1,0 +1,205 @@
+//! A group of workers sharing one run queue: one per CPU (`percpu`) or one for the pool
+//! (`unbound`). Holds the wake economy: who gets woken, and when nobody does.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::{cpu, Inner};
+
+/// Counters one group updates; kept per group so CPUs do not bounce one cache line.
+#[derive(Default)]
+#[repr(align(64))]
+pub(crate) struct GroupCounters {
+    pub jobs_queued: AtomicU64,
+    pub works_queued: AtomicU64,
+    pub works_requeued: AtomicU64,
+    pub works_run: AtomicU64,
+    pub jobs_run: AtomicU64,
+    pub jobs_panicked: AtomicU64,
+    pub wakeups_issued: AtomicU64,
+    pub wakeups_empty: AtomicU64,
+    pub workers_spawned: AtomicU64,
+}
+
+pub(crate) struct GroupState {
+    /// Keys of queued works, each at most once (the work state machine guarantees it).
+    runq: VecDeque<u64>,
+    /// Parked workers (by slot), none of them with a wake pending.
+    idle: Vec<usize>,
+    /// `woken[slot]`: a wake is pending for that slot; it has left `idle` and counts as free.
+    woken: Box<[bool]>,
+    /// Slots with no thread behind them; a spawn takes one.
+    free_slots: Vec<usize>,
+    /// Awake workers not executing a work: they will look at `runq` before parking.
+    awake_free: usize,
+    /// Workers executing a work (never above the group limit: one work per worker).
+    pub running: usize,
+    /// Threads alive in this group.
+    pub workers: usize,
+    /// Set by shutdown: workers exit instead of parking once `runq` is empty.
+    stop: bool,
+}
+
+pub(crate) struct Group {
+    /// CPU this group's threads are pinned to (`percpu`), or none (`unbound`).
+    pub cpu: Option<usize>,
+    pub state: Mutex<GroupState>,
+    /// One condvar per slot, so a wake reaches exactly the chosen worker.
+    wake: Box<[Condvar]>,
+    pub counters: GroupCounters,
+}
+
+impl Group {
+    pub(crate) fn new(cpu: Option<usize>, limit: usize) -> Self {
+        Group {
+            cpu,
+            state: Mutex::new(GroupState {
+                runq: VecDeque::new(),
+                idle: Vec::with_capacity(limit),
+                woken: vec![false; limit].into_boxed_slice(),
+                free_slots: (0..limit).rev().collect(),
+                awake_free: 0,
+                running: 0,
+                workers: 0,
+                stop: false,
+            }),
+            wake: (0..limit).map(|_| Condvar::new()).collect(),
+            counters: GroupCounters::default(),
+        }
+    }
+}
+
+/// Puts a newly queued work on group `gi`'s run queue and makes sure someone will run it.
+pub(crate) fn schedule(inner: &Arc<Inner>, gi: usize, key: u64) {
+    let mut st = inner.groups[gi].state.lock();
+    st.runq.push_back(key);
+    kick(inner, gi, &mut st);
+}
+
+/// Wake economy: every queued work needs one awake free worker. Wake a parked one only when
+/// queued works outnumber those (a worker with a wake pending already counts, so it is never
+/// woken twice); spawn a new one only when none is parked and the limit allows; otherwise the
+/// work waits for a running worker to finish.
+fn kick(inner: &Arc<Inner>, gi: usize, st: &mut GroupState) {
+    let group = &inner.groups[gi];
+    while st.runq.len() > st.awake_free {
+        if let Some(slot) = st.idle.pop() {
+            st.woken[slot] = true;
+            st.awake_free += 1;
+            group.wake[slot].notify_one();
+            group
+                .counters
+                .wakeups_issued
+                .fetch_add(1, Ordering::Relaxed);
+        } else if let Some(slot) = st.free_slots.pop() {
+            match spawn_worker(inner, gi, slot) {
+                Ok(()) => {
+                    st.workers += 1;
+                    st.awake_free += 1;
+                    group
+                        .counters
+                        .workers_spawned
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    st.free_slots.push(slot);
+                    tracing::error!(pool = %inner.name, error = %e, "cannot spawn worker thread");
+                    break;
+                }
+            }
+        } else {
+            break;
+        }
+    }
+}
+
+/// Shutdown: workers stop parking; every parked one is woken to exit.
+pub(crate) fn stop(inner: &Inner, gi: usize) {
+    let group = &inner.groups[gi];
+    let mut st = group.state.lock();
+    st.stop = true;
+    while let Some(slot) = st.idle.pop() {
+        st.woken[slot] = true;
+        st.awake_free += 1;
+        group.wake[slot].notify_one();
+    }
+}
+
+fn spawn_worker(inner: &Arc<Inner>, gi: usize, slot: usize) -> std::io::Result<()> {
+    let name = match inner.groups[gi].cpu {
+        Some(c) => format!("{}/{c}.{slot}", inner.name),
+        None => format!("{}/u.{slot}", inner.name),
+    };
+    let inner2 = Arc::clone(inner);
+    let handle = std::thread::Builder::new()
+        .name(name)
+        .spawn(move || worker_main(inner2, gi, slot))?;
+    inner.handles.lock().push(handle);
+    Ok(())
+}
+
+fn worker_main(inner: Arc<Inner>, gi: usize, slot: usize) {
+    let group = &inner.groups[gi];
+    cpu::enter_worker(&inner, group.cpu);
+    let mut st = group.state.lock();
+    loop {
+        if let Some(key) = st.runq.pop_front() {
+            st.awake_free -= 1;
+            st.running += 1;
+            drop(st);
+            let requeue = run_work(&inner, gi, key);
+            st = group.state.lock();
+            st.running -= 1;
+            st.awake_free += 1;
+            if requeue {
+                // Back of the queue: other works of this group get their turn first.
+                st.runq.push_back(key);
+                group
+                    .counters
+                    .works_requeued
+                    .fetch_add(1, Ordering::Relaxed);
+                kick(&inner, gi, &mut st);
+            }
+            continue;
+        }
+        st.awake_free -= 1;
+        if st.stop {
+            st.workers -= 1;
+            st.free_slots.push(slot);
+            return;
+        }
+        st.idle.push(slot);
+        while !st.woken[slot] {
+            group.wake[slot].wait(&mut st);
+        }
+        st.woken[slot] = false;
+        if st.runq.is_empty() && !st.stop {
+            // Another awake worker took the work first.
+            group.counters.wakeups_empty.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Runs one batch of `key`'s jobs; returns whether the work must be requeued.
+fn run_work(inner: &Inner, gi: usize, key: u64) -> bool {
+    let counters = &inner.groups[gi].counters;
+    let active = inner.active_now.fetch_add(1, Ordering::Relaxed) + 1;
+    inner.peak_active.fetch_max(active, Ordering::Relaxed);
+    let jobs = inner.works.begin(key);
+    let n = jobs.len() as u64;
+    for job in jobs {
+        // A panicking job must not kill the worker nor wedge its work in Running.
+        if catch_unwind(AssertUnwindSafe(job)).is_err() {
+            counters.jobs_panicked.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(pool = %inner.name, key, "job panicked");
+        }
+    }
+    counters.works_run.fetch_add(1, Ordering::Relaxed);
+    counters.jobs_run.fetch_add(n, Ordering::Relaxed);
+    inner.active_now.fetch_sub(1, Ordering::Relaxed);
+    inner.works.finish(key)
+}
