@@ -1,0 +1,308 @@
+# Host side of the VM harness, sourced by scripts/vm-test.sh and scripts/demo.sh.
+#
+# vm_prepare: fetch (once) a Debian 6.12 kernel that has ublk, null_blk, scsi_debug and dm-zoned,
+#   unpack it under $VM_CACHE and build a busybox initramfs for it.
+# vm_run NAME SCRIPT TIMEOUT_S [MEMORY]: boot the kernel, share the host's / over 9p, chroot into
+#   it and run SCRIPT as root under scripts/vm/guest-run.sh; stream the console; set VM_RC to the
+#   script's exit status (or 124 for a timeout, 125 for a guest that never reported) and
+#   VM_BOOT_S / VM_WALL_S. A boot that never reached the script is retried once.
+#
+# Requires bash with `set -euo pipefail` in the caller. Tunables (environment):
+#   VM_CACHE   cache folder (default: <cargo target dir>/vm)
+#   VM_MEMORY  guest memory (default 4G)      VM_SMP  guest CPUs (default 2)
+#   VM_REFRESH=1  resolve and download the newest backports 6.12 kernel again
+#   VM_KERNEL_PKG  use this linux-image package instead of resolving one
+
+VM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
+
+vm_log() { printf 'vm: %s\n' "$*" >&2; }
+vm_die() {
+    printf 'vm: error: %s\n' "$*" >&2
+    exit 1
+}
+
+# The cargo target directory (honours CARGO_TARGET_DIR and .cargo/config), absolute.
+vm_target_dir() {
+    local dir
+    dir=$(cd "$VM_ROOT" && cargo metadata --format-version 1 --no-deps 2>/dev/null |
+        grep -o '"target_directory":"[^"]*"' | head -n1 | cut -d'"' -f4) || true
+    [ -n "$dir" ] || dir=${CARGO_TARGET_DIR:-$VM_ROOT/target}
+    case $dir in /*) ;; *) dir=$VM_ROOT/$dir ;; esac
+    printf '%s\n' "$dir"
+}
+
+vm_init_paths() {
+    VM_TARGET_DIR=$(vm_target_dir)
+    VM_CACHE=${VM_CACHE:-$VM_TARGET_DIR/vm}
+    mkdir -p "$VM_CACHE"
+    VM_CACHE=$(cd "$VM_CACHE" && pwd -P)
+    ZONEDD=${ZONEDD:-$VM_TARGET_DIR/release/zonedd}
+}
+
+# --- kernel -------------------------------------------------------------------------------------
+
+# Adds the <codename>-backports suite on the mirror the system already uses, if no source has it.
+vm_add_backports_source() {
+    local codename=$1 uri="" f
+    if grep -Eqs "^[^#]*[[:space:]]${codename}-backports([[:space:]]|$)" \
+        /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; then
+        return 0
+    fi
+    [ "$(id -u)" = 0 ] || vm_die "apt has no ${codename}-backports source; run once as root" \
+        "(or add it yourself) so that the VM kernel can be downloaded"
+    # The URI of the deb822 stanza (or one-line entry) that carries the plain <codename> suite.
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -f "$f" ] || continue
+        uri=$(awk -v s="$codename" '
+            BEGIN { RS = ""; FS = "\n" }
+            {
+                u = ""; ok = 0
+                for (i = 1; i <= NF; i++) {
+                    if ($i ~ /^URIs:/) { split($i, a, /[ \t]+/); u = a[2] }
+                    if ($i ~ /^Suites:/) { n = split($i, b, /[ \t]+/); for (j = 2; j <= n; j++) if (b[j] == s) ok = 1 }
+                }
+                if (ok && u != "") { print u; exit }
+            }' "$f")
+        [ -z "$uri" ] || break
+    done
+    if [ -z "$uri" ]; then
+        uri=$(awk -v s="$codename" '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $(i+1) == s) { print $i; exit } }' \
+            /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n1)
+    fi
+    uri=${uri:-http://deb.debian.org/debian}
+    vm_log "adding apt source ${codename}-backports on $uri"
+    {
+        echo "# Added by zonedd's scripts/vm/lib.sh: the VM harness downloads (never installs) its kernel from here."
+        echo "Types: deb"
+        echo "URIs: $uri"
+        echo "Suites: ${codename}-backports"
+        echo "Components: main"
+        [ ! -f /usr/share/keyrings/debian-archive-keyring.gpg ] ||
+            echo "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg"
+    } >/etc/apt/sources.list.d/zonedd-backports.sources
+    apt-get update -qq || vm_die "apt-get update failed after adding ${codename}-backports"
+}
+
+# Prints the linux-image package to use: backports' linux-image-amd64 dependency if it is 6.12,
+# else the newest linux-image-6.12.*-amd64 apt knows.
+vm_resolve_kernel_pkg() {
+    local codename ver pkg
+    if [ -n "${VM_KERNEL_PKG:-}" ]; then
+        echo "$VM_KERNEL_PKG"
+        return
+    fi
+    codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+    [ -n "$codename" ] || vm_die "cannot tell the Debian release from /etc/os-release"
+    if [ "$codename" = bookworm ]; then
+        vm_add_backports_source "$codename"
+        if ! apt-cache madison linux-image-amd64 | grep -q backports; then
+            [ "$(id -u)" = 0 ] || vm_die "apt knows no ${codename}-backports packages; run apt-get update as root"
+            apt-get update -qq || vm_die "apt-get update failed"
+        fi
+    fi
+    ver=$(apt-cache madison linux-image-amd64 | awk -F'|' '$3 ~ /backports/ { gsub(/ /, "", $2); print $2; exit }')
+    pkg=""
+    if [ -n "$ver" ]; then
+        pkg=$(apt-cache depends "linux-image-amd64=$ver" 2>/dev/null |
+            awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+    fi
+    case $pkg in
+    linux-image-6.12.*-amd64) ;;
+    *)
+        pkg=$(apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb[0-9]+-amd64$' |
+            awk '{ print $1 }' | sort -V | tail -n1)
+        ;;
+    esac
+    [ -n "$pkg" ] || vm_die "no linux-image 6.12 package found in apt (is ${codename}-backports reachable?)"
+    echo "$pkg"
+}
+
+# Downloads and unpacks the kernel into $VM_CACHE/kernel-<kver> (once). Sets VM_KVER, VM_KDIR.
+vm_fetch_kernel() {
+    local pkg tmp
+    if [ -z "${VM_REFRESH:-}" ] && [ -z "${VM_KERNEL_PKG:-}" ] && [ -f "$VM_CACHE/current" ]; then
+        VM_KVER=$(cat "$VM_CACHE/current")
+        VM_KDIR=$VM_CACHE/kernel-$VM_KVER
+        [ -f "$VM_KDIR/.ready" ] && return 0
+    fi
+    command -v depmod >/dev/null || vm_die "depmod not found: install kmod (scripts/install-deps.sh)"
+    pkg=$(vm_resolve_kernel_pkg)
+    VM_KVER=${pkg#linux-image-}
+    VM_KDIR=$VM_CACHE/kernel-$VM_KVER
+    if [ ! -f "$VM_KDIR/.ready" ]; then
+        vm_log "downloading $pkg (once; cached in $VM_KDIR)"
+        tmp=$VM_CACHE/download.tmp
+        rm -rf "$tmp" "$VM_KDIR"
+        mkdir -p "$tmp/root"
+        # apt-get download runs as the calling user; as root it warns about _apt's sandbox.
+        (cd "$tmp" && apt-get download -q "$pkg" 2>&1 | grep -v 'unsandboxed as root' >&2) ||
+            vm_die "apt-get download $pkg failed"
+        dpkg-deb -x "$tmp"/*.deb "$tmp/root"
+        [ -f "$tmp/root/boot/vmlinuz-$VM_KVER" ] || vm_die "$pkg has no boot/vmlinuz-$VM_KVER"
+        [ -d "$tmp/root/lib/modules/$VM_KVER" ] || vm_die "$pkg has no lib/modules/$VM_KVER"
+        depmod -b "$tmp/root" "$VM_KVER"
+        mkdir -p "$VM_KDIR"
+        mv "$tmp/root/boot" "$tmp/root/lib" "$VM_KDIR/"
+        rm -rf "$tmp"
+        touch "$VM_KDIR/.ready"
+    fi
+    echo "$VM_KVER" >"$VM_CACHE/current"
+}
+
+# --- initramfs ----------------------------------------------------------------------------------
+
+VM_INITRD_MODULES=(netfs 9pnet 9pnet_virtio 9p)
+
+# Builds $VM_CACHE/initramfs-<kver>.cpio.gz: static busybox, /init, and the 9p modules
+# decompressed (busybox insmod cannot read .ko.xz). Rebuilt when /init or busybox change.
+vm_build_initramfs() {
+    local busybox stamp want dir m ko
+    busybox=$(command -v busybox) || vm_die "busybox not found: install busybox-static"
+    file_is_static "$busybox" || vm_die "$busybox is not static: install busybox-static"
+    VM_INITRD_BASE=$VM_CACHE/initramfs-$VM_KVER.cpio.gz
+    stamp=$VM_INITRD_BASE.stamp
+    want=$(cat "$VM_ROOT/scripts/vm/init" "$busybox" | sha256sum | cut -d' ' -f1)
+    if [ -f "$VM_INITRD_BASE" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+        return 0
+    fi
+    vm_log "building the initramfs"
+    dir=$VM_CACHE/initramfs.tmp
+    rm -rf "$dir"
+    mkdir -p "$dir"/{bin,dev,proc,sys,host,hostorig,mods,lib/modules}
+    cp "$busybox" "$dir/bin/busybox"
+    cp "$VM_ROOT/scripts/vm/init" "$dir/init"
+    chmod 755 "$dir/init" "$dir/bin/busybox"
+    for m in "${VM_INITRD_MODULES[@]}"; do
+        ko=$(modinfo -b "$VM_KDIR" -k "$VM_KVER" -n "$m" 2>/dev/null) ||
+            vm_die "module $m not found in $VM_KDIR"
+        case $ko in
+        *.ko.xz) xz -dc "$ko" >"$dir/mods/$m.ko" ;;
+        *.ko.zst) zstd -qdc "$ko" >"$dir/mods/$m.ko" ;;
+        *.ko.gz) gzip -dc "$ko" >"$dir/mods/$m.ko" ;;
+        *) cp "$ko" "$dir/mods/$m.ko" ;;
+        esac
+    done
+    echo "${VM_INITRD_MODULES[*]}" >"$dir/mods/order"
+    (cd "$dir" && find . -mindepth 1 | busybox cpio -o -H newc -R 0:0 2>/dev/null | gzip -1) \
+        >"$VM_INITRD_BASE.tmp"
+    mv "$VM_INITRD_BASE.tmp" "$VM_INITRD_BASE"
+    echo "$want" >"$stamp"
+    rm -rf "$dir"
+}
+
+# True when the executable is statically linked (ldd refuses it).
+file_is_static() {
+    ! ldd "$1" >/dev/null 2>&1
+}
+
+vm_prepare() {
+    command -v qemu-system-x86_64 >/dev/null || vm_die "qemu-system-x86_64 not found: run scripts/install-deps.sh"
+    vm_init_paths
+    # The guest lays its kernel's modules over the host's /lib/modules, which must exist.
+    if [ ! -d /lib/modules ]; then
+        [ "$(id -u)" = 0 ] || vm_die "the host has no /lib/modules; create it once as root (mkdir /lib/modules)"
+        mkdir -p /lib/modules
+    fi
+    vm_fetch_kernel
+    vm_build_initramfs
+    VM_KERNEL=$VM_KDIR/boot/vmlinuz-$VM_KVER
+}
+
+# --- running a script in the guest --------------------------------------------------------------
+
+# Single-quotes a value for the guest's busybox sh.
+vm_shq() {
+    local s=${1//\'/\'\\\'\'}
+    printf "'%s'" "$s"
+}
+
+# Appends a tiny cpio holding /job.env (what to run) to the cached initramfs; the kernel unpacks
+# concatenated archives in order. No path goes through the kernel command line (spaces, length).
+vm_make_initrd() {
+    local rundir=$1 name=$2 script=$3 timeout=$4 j
+    j=$rundir/job
+    rm -rf "$j"
+    mkdir -p "$j"
+    {
+        echo "VM_NAME=$(vm_shq "$name")"
+        echo "VM_SCRIPT=$(vm_shq "$script")"
+        echo "VM_TIMEOUT=$(vm_shq "$timeout")"
+        echo "VM_ROOT=$(vm_shq "$VM_ROOT")"
+        echo "VM_MODULES=$(vm_shq "$VM_KDIR/lib/modules")"
+        echo "VM_RESULT=$(vm_shq "$rundir/result")"
+        echo "VM_ZONEDD=$(vm_shq "$ZONEDD")"
+        echo "VM_CI=$(vm_shq "${CI:-}")"
+        # Host paths the guest must see even if they live under /run (the guest mounts its own).
+        echo "VM_PASSTHRU=$(vm_shq "$VM_ROOT
+$(dirname "$script")
+$VM_CACHE
+$(dirname "$ZONEDD")")"
+    } >"$j/job.env"
+    cp "$VM_INITRD_BASE" "$rundir/initrd"
+    (cd "$j" && echo job.env | busybox cpio -o -H newc -R 0:0 2>/dev/null) >>"$rundir/initrd"
+}
+
+# The run folder of the boot in progress: its qemu.pid is what an interrupted harness kills.
+VM_CUR_RUNDIR=""
+vm_kill_qemu() {
+    local pid
+    [ -n "$VM_CUR_RUNDIR" ] || return 0
+    pid=$(cat "$VM_CUR_RUNDIR/qemu.pid" 2>/dev/null) || true
+    [ -z "$pid" ] || kill "$pid" 2>/dev/null || true
+    VM_CUR_RUNDIR=""
+}
+
+# One boot. Sets VM_RC (script status, 124 timeout, 125 no result) and VM_STARTED (0/1).
+vm_boot_once() {
+    local rundir=$1 name=$2 script=$3 timeout=$4 mem=$5 log qrc t0 t1 line
+    log=$rundir/console.log
+    rm -f "$rundir/result" "$rundir/qemu.pid" "$log"
+    vm_make_initrd "$rundir" "$name" "$script" "$timeout"
+    t0=$(date +%s.%N)
+    VM_CUR_RUNDIR=$rundir
+    # The host-side limit covers the boot and shutdown around the guest's own limit.
+    set +e
+    timeout --foreground -k 10 $((timeout + ${VM_BOOT_ALLOWANCE_S:-180})) \
+        qemu-system-x86_64 \
+        -accel tcg,thread=multi -cpu max -smp "${VM_SMP:-2}" -m "$mem" \
+        -nographic -no-reboot -nic none \
+        -kernel "$VM_KERNEL" -initrd "$rundir/initrd" \
+        -append "console=ttyS0 quiet panic=-1 oops=panic" \
+        -virtfs local,path=/,mount_tag=host,security_model=none,multidevs=remap \
+        -pidfile "$rundir/qemu.pid" </dev/null 2>&1 |
+        sed -u -e 's/\r//g; s/\x1b\[[0-9;?]*[A-Za-z]//g; s/\x1bc//g' | tee "$log" | while IFS= read -r line; do printf '  | %s\n' "$line"; done
+    qrc=${PIPESTATUS[0]}
+    set -e
+    VM_CUR_RUNDIR=""
+    t1=$(date +%s.%N)
+    VM_WALL_S=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+    VM_STARTED=0
+    # Markers are matched anywhere in a line: kernel messages may share it.
+    grep -q "ZONEDD-SCENARIO $name start" "$log" && VM_STARTED=1
+    VM_BOOT_S=$(grep -o "ZONEDD-SCENARIO $name start uptime=[0-9.]*" "$log" | head -n1 | sed 's/.*uptime=//') || true
+    if [ -f "$rundir/result" ] && grep -q '^rc=[0-9]*$' "$rundir/result"; then
+        VM_RC=$(sed -n 's/^rc=//p' "$rundir/result")
+    elif line=$(grep -o "ZONEDD-SCENARIO $name rc=[0-9]*" "$log" | tail -n1) && [ -n "$line" ]; then
+        VM_RC=${line##*rc=}
+    elif [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
+        vm_log "$name: qemu killed after $((timeout + ${VM_BOOT_ALLOWANCE_S:-180})) s"
+        VM_RC=124
+    else
+        VM_RC=125
+    fi
+}
+
+vm_run() {
+    local name=$1 script=$2 timeout=$3 mem=${4:-${VM_MEMORY:-4G}} rundir
+    rundir=$VM_CACHE/runs/$name
+    mkdir -p "$rundir"
+    trap 'vm_kill_qemu' EXIT
+    trap 'vm_kill_qemu; exit 130' INT
+    trap 'vm_kill_qemu; exit 143' TERM
+    vm_boot_once "$rundir" "$name" "$script" "$timeout" "$mem"
+    if [ "$VM_STARTED" = 0 ]; then
+        vm_log "$name: the guest never started the script (early crash?); retrying once"
+        cp "$rundir/console.log" "$rundir/console.first-boot.log" 2>/dev/null || true
+        vm_boot_once "$rundir" "$name" "$script" "$timeout" "$mem"
+    fi
+}
