@@ -1,1 +1,470 @@
-//! See the crate docs.
+//! The two metadata sets on a device: formatting them, reading and validating both
+//! superblocks, choosing the primary, and bringing the other set back in line.
+//!
+//! Crash rules (docs/design.md, "Set selection and resync"): a set whose superblock is bad is
+//! rebuilt from the good one; when both are good but their generations differ (a crash between
+//! the two superblock writes of a commit), the newer set is copied in full onto the older one,
+//! which dm-zoned itself does not do.
+
+use tracing::{info, warn};
+use zbd::{Geometry, Zone, ZoneType, ZonedDevice};
+
+use crate::format::{
+    has_magic, label_field, linux_crc32, uuid_string, FormatError, Layout, Result, Superblock,
+    BLOCK,
+};
+
+/// Largest single write or read of metadata (1 MiB): big enough to stream, small enough to
+/// keep progress moving and memory flat.
+const MAX_IO_BLOCKS: u32 = 256;
+
+/// Options of `zonedd format`.
+#[derive(Debug, Clone)]
+pub struct FormatOptions {
+    /// At most 31 bytes; default "zonedd-" and a hash of the device description.
+    pub label: Option<String>,
+    /// Sequential zones kept free for reclaim (dmzadm `--seq`, default 16).
+    pub reserved_seq: u32,
+}
+
+impl Default for FormatOptions {
+    fn default() -> Self {
+        FormatOptions {
+            label: None,
+            reserved_seq: 16,
+        }
+    }
+}
+
+/// The default label: stable for a given device description, short enough for the field.
+pub fn default_label(dev: &dyn ZonedDevice) -> String {
+    format!("zonedd-{:08x}", linux_crc32(0, dev.describe().as_bytes()))
+}
+
+/// A random (version 4) UUID.
+fn random_uuid() -> [u8; 16] {
+    let mut u: [u8; 16] = rand::random();
+    u[6] = (u[6] & 0x0f) | 0x40;
+    u[8] = (u[8] & 0x3f) | 0x80;
+    u
+}
+
+/// Split `nblocks` metadata blocks of `set` from `first_mblk` into device extents that never
+/// cross a zone end nor exceed [`MAX_IO_BLOCKS`]: yields (byte offset, first block index, count).
+fn extents(layout: &Layout, set: usize, first_mblk: u32, nblocks: u32) -> Vec<(u64, u32, u32)> {
+    let mut out = Vec::new();
+    let mut done = 0u32;
+    while done < nblocks {
+        let abs = layout.set_start_block(set) + (first_mblk + done) as u64;
+        let to_zone_end = layout.zone_blocks as u64 - (abs & (layout.zone_blocks as u64 - 1));
+        let n = (nblocks - done)
+            .min(MAX_IO_BLOCKS)
+            .min(to_zone_end.min(u32::MAX as u64) as u32);
+        out.push((abs * BLOCK as u64, done, n));
+        done += n;
+    }
+    out
+}
+
+fn check_range(layout: &Layout, first_mblk: u32, len: usize) -> Result<u32> {
+    if len % BLOCK != 0 {
+        return Err(FormatError::Invalid(format!(
+            "metadata buffer of {len} bytes is not a whole number of blocks"
+        )));
+    }
+    let n = (len / BLOCK) as u64;
+    if first_mblk as u64 + n > layout.nr_meta_blocks as u64 {
+        return Err(FormatError::Invalid(format!(
+            "metadata blocks {first_mblk}..{} past the end of the set ({} blocks)",
+            first_mblk as u64 + n,
+            layout.nr_meta_blocks
+        )));
+    }
+    Ok(n as u32)
+}
+
+/// Read metadata blocks `first_mblk..` of `set` into `buf` (a multiple of 4096 bytes).
+pub fn read_meta_blocks(
+    dev: &dyn ZonedDevice,
+    layout: &Layout,
+    set: usize,
+    first_mblk: u32,
+    buf: &mut [u8],
+) -> Result<()> {
+    let n = check_range(layout, first_mblk, buf.len())?;
+    for (off, idx, cnt) in extents(layout, set, first_mblk, n) {
+        let b = idx as usize * BLOCK;
+        dev.read_at(&mut buf[b..b + cnt as usize * BLOCK], off)?;
+    }
+    Ok(())
+}
+
+/// Write `buf` (a multiple of 4096 bytes) as metadata blocks `first_mblk..` of `set`. Not
+/// durable until `dev.flush()`.
+pub fn write_meta_blocks(
+    dev: &dyn ZonedDevice,
+    layout: &Layout,
+    set: usize,
+    first_mblk: u32,
+    buf: &[u8],
+) -> Result<()> {
+    let n = check_range(layout, first_mblk, buf.len())?;
+    for (off, idx, cnt) in extents(layout, set, first_mblk, n) {
+        let b = idx as usize * BLOCK;
+        dev.write_at(&buf[b..b + cnt as usize * BLOCK], off)?;
+    }
+    Ok(())
+}
+
+/// Write `sb` as the superblock of `set` (its `sb_block` is set to that set's location).
+/// Not durable until `dev.flush()`.
+pub fn write_superblock(
+    dev: &dyn ZonedDevice,
+    layout: &Layout,
+    set: usize,
+    sb: &Superblock,
+) -> Result<()> {
+    let mut sb = sb.clone();
+    sb.sb_block = layout.set_start_block(set);
+    write_meta_blocks(dev, layout, set, 0, &sb.encode()[..])
+}
+
+/// Format `dev`: reset every sequential zone, then write the primary set and the secondary
+/// set (map all unmapped, bitmaps empty, superblock gen 1, written last in each set), then
+/// flush. `progress(done, total)` counts metadata blocks written.
+pub fn format_device(
+    dev: &dyn ZonedDevice,
+    opts: &FormatOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Layout> {
+    let geometry = dev.geometry();
+    let zones = dev.report_all()?;
+    let layout = Layout::compute(&zones, &geometry, opts.reserved_seq)?;
+    let label = match &opts.label {
+        Some(l) => label_field(l)?,
+        None => label_field(&default_label(dev))?,
+    };
+    let set_uuid = random_uuid();
+    let dev_uuid = random_uuid();
+    let total = 2 * layout.nr_meta_blocks as u64;
+    progress(0, total);
+    dev.reset_all()?;
+
+    // Map blocks are all 0xFF (unmapped), bitmap blocks all zero. Build one max-size buffer
+    // of each and stream it.
+    let ff = vec![0xFFu8; MAX_IO_BLOCKS as usize * BLOCK];
+    let zero = vec![0u8; MAX_IO_BLOCKS as usize * BLOCK];
+    let mut done = 0u64;
+    for set in 0..2 {
+        info!(
+            set,
+            block = layout.set_start_block(set),
+            "writing metadata set"
+        );
+        let regions = [
+            (1, layout.nr_map_blocks, &ff),
+            (layout.first_bitmap_block(), layout.nr_bitmap_blocks, &zero),
+        ];
+        for (first, count, fill) in regions {
+            let mut m = 0;
+            while m < count {
+                let n = (count - m).min(MAX_IO_BLOCKS);
+                write_meta_blocks(dev, &layout, set, first + m, &fill[..n as usize * BLOCK])?;
+                m += n;
+                done += n as u64;
+                progress(done, total);
+            }
+        }
+        let sb = layout.superblock(set, 1, label, set_uuid, dev_uuid);
+        write_superblock(dev, &layout, set, &sb)?;
+        done += 1;
+        progress(done, total);
+    }
+    dev.flush()?;
+    info!(
+        label = %String::from_utf8_lossy(&label).trim_end_matches('\0'),
+        uuid = %uuid_string(&set_uuid),
+        chunks = layout.nr_chunks,
+        "formatted"
+    );
+    Ok(layout)
+}
+
+/// What was found at one set's superblock location.
+#[derive(Debug, Clone)]
+pub struct SetProbe {
+    /// Zone where the superblock was looked for (None: no candidate zone).
+    pub zone: Option<u32>,
+    /// The block there starts with the dm-zoned magic.
+    pub magic: bool,
+    /// The decoded superblock and its layout, when fully valid.
+    pub valid: Option<(Superblock, Layout)>,
+    /// Why it is not valid.
+    pub error: Option<String>,
+}
+
+impl SetProbe {
+    fn missing(zone: Option<u32>, why: impl Into<String>) -> SetProbe {
+        SetProbe {
+            zone,
+            magic: false,
+            valid: None,
+            error: Some(why.into()),
+        }
+    }
+
+    pub fn gen(&self) -> Option<u64> {
+        self.valid.as_ref().map(|(sb, _)| sb.gen)
+    }
+}
+
+/// Both superblocks of a device, read and validated, nothing written.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub geometry: Geometry,
+    pub zones: Vec<Zone>,
+    pub sets: [SetProbe; 2],
+}
+
+fn read_block(dev: &dyn ZonedDevice, block: u64) -> Result<Box<[u8; BLOCK]>> {
+    let mut b = Box::new([0u8; BLOCK]);
+    dev.read_at(&mut b[..], block * BLOCK as u64)?;
+    Ok(b)
+}
+
+/// Validate the superblock found in `zone` as the one of `set`.
+fn check_sb_at(
+    dev: &dyn ZonedDevice,
+    zones: &[Zone],
+    geometry: &Geometry,
+    zone: u32,
+    set: usize,
+) -> Result<SetProbe> {
+    let zone_blocks = geometry.zone_blocks();
+    let block = read_block(dev, zone as u64 * zone_blocks)?;
+    let magic = has_magic(&block[..]);
+    let fail = |e: String| SetProbe {
+        zone: Some(zone),
+        magic,
+        valid: None,
+        error: Some(e),
+    };
+    let sb = match Superblock::decode(&block[..]) {
+        Ok(sb) => sb,
+        Err(e) => return Ok(fail(e.to_string())),
+    };
+    let layout = match Layout::from_superblock(&sb, zones, geometry) {
+        Ok(l) => l,
+        Err(e @ FormatError::Zbd(_)) => return Err(e),
+        Err(e) => return Ok(fail(e.to_string())),
+    };
+    let expected = layout.set_start_block(set);
+    if sb.sb_block != expected {
+        return Ok(fail(format!(
+            "bad superblock field sb_block: {}, expected {expected} (set {set} in zone {})",
+            sb.sb_block, layout.set_zone[set]
+        )));
+    }
+    Ok(SetProbe {
+        zone: Some(zone),
+        magic,
+        valid: Some((sb, layout)),
+        error: None,
+    })
+}
+
+/// The first usable conventional zone: where the primary superblock lives.
+fn primary_zone(zones: &[Zone], geometry: &Geometry) -> Option<u32> {
+    zones
+        .iter()
+        .find(|z| {
+            z.zone_type == ZoneType::Conventional
+                && z.len == geometry.zone_size
+                && !matches!(
+                    z.cond,
+                    zbd::ZoneCondition::Offline | zbd::ZoneCondition::ReadOnly
+                )
+        })
+        .map(|z| z.id)
+}
+
+/// Read and validate both superblocks like the kernel's `dmz_load_sb`: superblock 0 in the
+/// first conventional zone; superblock 1 right after set 0 when superblock 0 is good,
+/// otherwise the first zone after it carrying the magic. Writes nothing.
+pub fn probe(dev: &dyn ZonedDevice) -> Result<Probe> {
+    let geometry = dev.geometry();
+    let zones = dev.report_all()?;
+    let Some(z0) = primary_zone(&zones, &geometry) else {
+        let why = "no usable conventional zone: cannot hold dm-zoned metadata";
+        return Ok(Probe {
+            geometry,
+            zones,
+            sets: [SetProbe::missing(None, why), SetProbe::missing(None, why)],
+        });
+    };
+    let p0 = check_sb_at(dev, &zones, &geometry, z0, 0)?;
+    let p1 = if let Some((sb0, l0)) = &p0.valid {
+        let mut p1 = check_sb_at(dev, &zones, &geometry, l0.set_zone[1], 1)?;
+        // The sets must describe the same volume (kernel: same UUID and label).
+        if let Some((sb1, _)) = &p1.valid {
+            let mismatch = if sb1.set_uuid != sb0.set_uuid {
+                Some(format!(
+                    "set UUID {} differs from superblock 0's {}",
+                    uuid_string(&sb1.set_uuid),
+                    uuid_string(&sb0.set_uuid)
+                ))
+            } else if sb1.label != sb0.label {
+                Some(format!(
+                    "label {:?} differs from superblock 0's {:?}",
+                    sb1.label_str(),
+                    sb0.label_str()
+                ))
+            } else if (sb1.nr_meta_blocks, sb1.nr_reserved_seq, sb1.nr_chunks)
+                != (sb0.nr_meta_blocks, sb0.nr_reserved_seq, sb0.nr_chunks)
+            {
+                Some("sizes differ from superblock 0's".to_string())
+            } else {
+                None
+            };
+            if let Some(m) = mismatch {
+                p1.valid = None;
+                p1.error = Some(m);
+            }
+        }
+        p1
+    } else {
+        // Scan forward for the secondary superblock, as the kernel does.
+        let nr_rnd = zones
+            .iter()
+            .filter(|z| z.zone_type == ZoneType::Conventional)
+            .count() as u32;
+        let mut found = SetProbe::missing(None, "no secondary superblock found");
+        for i in 1..nr_rnd.max(1) {
+            let z = z0 + i;
+            if z >= geometry.nr_zones {
+                break;
+            }
+            let block = read_block(dev, z as u64 * geometry.zone_blocks())?;
+            if has_magic(&block[..]) {
+                found = check_sb_at(dev, &zones, &geometry, z, 1)?;
+                break;
+            }
+        }
+        found
+    };
+    Ok(Probe {
+        geometry,
+        zones,
+        sets: [p0, p1],
+    })
+}
+
+impl Probe {
+    /// The set to use: the valid one with the higher gen, set 0 on a tie.
+    pub fn choose(&self, what: &str) -> Result<(usize, Superblock, Layout)> {
+        let g = [self.sets[0].gen(), self.sets[1].gen()];
+        let primary = match g {
+            [Some(a), Some(b)] => usize::from(a < b),
+            [Some(_), None] => 0,
+            [None, Some(_)] => 1,
+            [None, None] => {
+                if !self.sets.iter().any(|s| s.magic) {
+                    return Err(FormatError::NotFormatted(format!(
+                        "no valid dm-zoned superblock on {what}: not formatted? run \
+                         `zonedd format --backend {what}`"
+                    )));
+                }
+                let why: Vec<String> = self
+                    .sets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        format!(
+                            "superblock {i}: {}",
+                            s.error.as_deref().unwrap_or("not found")
+                        )
+                    })
+                    .collect();
+                return Err(FormatError::Corrupt(why.join("; ")));
+            }
+        };
+        let (sb, layout) = self.sets[primary].valid.clone().expect("chosen set valid");
+        Ok((primary, sb, layout))
+    }
+}
+
+/// A loaded device: the primary superblock and layout, both sets consistent on disk.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub sb: Superblock,
+    pub layout: Layout,
+    /// 0 or 1: the set that was chosen (the other one now equals it).
+    pub primary: usize,
+    /// What was repaired, for logs.
+    pub actions: Vec<String>,
+}
+
+/// Copy metadata blocks 1.. of set `from` onto set `to`, flush, then write `to`'s superblock
+/// (a copy of `sb` at `to`'s location) and flush: the superblock goes last so a crash leaves
+/// `to` invalid rather than half-copied.
+pub fn copy_set(
+    dev: &dyn ZonedDevice,
+    layout: &Layout,
+    from: usize,
+    to: usize,
+    sb: &Superblock,
+) -> Result<()> {
+    let mut buf = vec![0u8; MAX_IO_BLOCKS as usize * BLOCK];
+    let mut m = 1;
+    while m < layout.nr_meta_blocks {
+        let n = (layout.nr_meta_blocks - m).min(MAX_IO_BLOCKS);
+        let b = &mut buf[..n as usize * BLOCK];
+        read_meta_blocks(dev, layout, from, m, b)?;
+        write_meta_blocks(dev, layout, to, m, b)?;
+        m += n;
+    }
+    dev.flush()?;
+    write_superblock(dev, layout, to, sb)?;
+    dev.flush()?;
+    Ok(())
+}
+
+/// Load the metadata of `dev`: validate both superblocks, choose the primary (higher gen,
+/// set 0 on a tie), and make the other set an exact copy of it when it is bad or older.
+pub fn load(dev: &dyn ZonedDevice) -> Result<Loaded> {
+    let p = probe(dev)?;
+    let (primary, sb, layout) = p.choose(&dev.describe())?;
+    let other = primary ^ 1;
+    let mut actions = Vec::new();
+    match &p.sets[other].valid {
+        None => {
+            let why = p.sets[other].error.clone().unwrap_or_default();
+            warn!(set = other, %why, "superblock invalid; rebuilding the set from set {primary}");
+            copy_set(dev, &layout, primary, other, &sb)?;
+            actions.push(format!(
+                "rebuilt metadata set {other} from set {primary} (gen {}): {why}",
+                sb.gen
+            ));
+        }
+        Some((osb, _)) if osb.gen != sb.gen => {
+            warn!(
+                set = other,
+                gen = osb.gen,
+                primary_gen = sb.gen,
+                "stale metadata set; copying the newer set over it"
+            );
+            copy_set(dev, &layout, primary, other, &sb)?;
+            actions.push(format!(
+                "resynchronised metadata set {other} (gen {}) from set {primary} (gen {})",
+                osb.gen, sb.gen
+            ));
+        }
+        Some(_) => {}
+    }
+    Ok(Loaded {
+        sb,
+        layout,
+        primary,
+        actions,
+    })
+}
