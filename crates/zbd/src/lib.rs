@@ -6,6 +6,19 @@
 //! [`BLOCK_SIZE`]; zones are numbered from 0.
 
 use std::fmt;
+use std::path::Path;
+
+mod emulated;
+mod mem;
+mod options;
+mod state;
+
+pub use emulated::{has_magic, Emulated, MAGIC as EMULATED_MAGIC};
+pub use mem::MemDevice;
+pub use options::{
+    default_conventional, fmt_size, parse_size, EmulateOptions, DEFAULT_MAX_OPEN,
+    DEFAULT_ZONE_SIZE, MIN_EMULATED_ZONE_SIZE,
+};
 
 /// zonedd (like dm-zoned) works in 4 KiB blocks.
 pub const BLOCK_SIZE: u64 = 4096;
@@ -212,4 +225,109 @@ pub trait ZonedDevice: Send + Sync {
     fn report_all(&self) -> Result<Vec<Zone>> {
         self.report_zones(0, self.geometry().nr_zones)
     }
+
+    /// Test hook: force a zone read-only or offline, or bring it back (`Empty` for a
+    /// sequential zone, `NotWp` for a conventional one). Emulated backends support it; real
+    /// devices fail with EOPNOTSUPP.
+    fn set_zone_condition(&self, zone: u32, cond: ZoneCondition) -> Result<()> {
+        let _ = (zone, cond);
+        Err(ZbdError::device(
+            format!("{}: zone conditions cannot be set", self.describe()),
+            libc::EOPNOTSUPP,
+        ))
+    }
+}
+
+/// The zoned model sysfs gives for a block device (`none`, `host-managed`, `host-aware`),
+/// `None` when `path` is not a block device or sysfs does not say.
+pub fn sysfs_zoned_model(path: &Path) -> Option<String> {
+    sysfs_queue_attr(path, "zoned")
+}
+
+/// `/sys/dev/block/MAJ:MIN/queue/<attr>` of a block device (or of its disk for a partition).
+pub(crate) fn sysfs_queue_attr(path: &Path, attr: &str) -> Option<String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.file_type().is_block_device() {
+        return None;
+    }
+    let rdev = meta.rdev();
+    let dev = format!(
+        "/sys/dev/block/{}:{}",
+        nix::sys::stat::major(rdev),
+        nix::sys::stat::minor(rdev)
+    );
+    for dir in [format!("{dev}/queue"), format!("{dev}/../queue")] {
+        if let Ok(s) = std::fs::read_to_string(format!("{dir}/{attr}")) {
+            return Some(s.trim().to_string());
+        }
+    }
+    None
+}
+
+/// Opens a backend for exclusive use (a daemon, format, check): an emulated image (locked
+/// with `flock`) or a zoned block device (opened `O_EXCL`). Anything else gets an error that
+/// says what it is. A second exclusive opener gets an "in use" (EBUSY) error.
+pub fn open(path: &Path) -> Result<Box<dyn ZonedDevice>> {
+    open_backend(path, true)
+}
+
+/// Same as [`open`]: named for readers who look for it.
+pub fn open_exclusive(path: &Path) -> Result<Box<dyn ZonedDevice>> {
+    open_backend(path, true)
+}
+
+/// Opens a backend without locking it, for inspection while a daemon may hold it
+/// (`zonedd report`). Do not write through it.
+pub fn open_shared(path: &Path) -> Result<Box<dyn ZonedDevice>> {
+    open_backend(path, false)
+}
+
+fn open_backend(path: &Path, exclusive: bool) -> Result<Box<dyn ZonedDevice>> {
+    use std::os::unix::fs::{FileExt, FileTypeExt};
+    let p = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| ZbdError::Open(format!("{p}: {e}")))?;
+    let ft = meta.file_type();
+    if !ft.is_file() && !ft.is_block_device() {
+        return Err(ZbdError::Open(format!(
+            "{p} is neither a zoned block device nor an emulated image (create one with \
+             `zonedd emulate PATH --size SIZE`)"
+        )));
+    }
+    if ft.is_block_device() {
+        let model = sysfs_zoned_model(path);
+        if matches!(model.as_deref(), Some("host-managed" | "host-aware")) {
+            return open_zoned_blockdev(path, exclusive);
+        }
+    }
+    let mut head = [0u8; 8];
+    let f = std::fs::File::open(path).map_err(|e| ZbdError::Open(format!("{p}: {e}")))?;
+    let n = f.read_at(&mut head, 0).unwrap_or(0);
+    drop(f);
+    if has_magic(&head[..n]) {
+        let e = if exclusive {
+            Emulated::open(path)?
+        } else {
+            Emulated::open_unlocked(path)?
+        };
+        return Ok(Box::new(e));
+    }
+    if ft.is_block_device() {
+        let model = sysfs_zoned_model(path).unwrap_or_else(|| "unknown".into());
+        return Err(ZbdError::Open(format!(
+            "{p} is a regular block device (queue/zoned = {model}), not zoned; to use it \
+             create an emulated SMR disk on it with `zonedd emulate {p} --force`"
+        )));
+    }
+    Err(ZbdError::Open(format!(
+        "{p} is a regular file without the zonedd image header; create an emulated SMR disk \
+         with `zonedd emulate {p} --size SIZE`"
+    )))
+}
+
+fn open_zoned_blockdev(path: &Path, _exclusive: bool) -> Result<Box<dyn ZonedDevice>> {
+    Err(ZbdError::Open(format!(
+        "{}: zoned block devices are not supported yet",
+        path.display()
+    )))
 }
