@@ -1,4 +1,31 @@
 //! The ublk frontend: exposes any [`BlockTarget`] as a conventional `/dev/ublkbN`.
+//!
+//! - [`request`]: decoding ublk I/O descriptors, splitting them into per-chunk pieces;
+//! - [`completion`]: how a worker's result gets back to the (thread-bound) queue thread;
+//! - [`queue`]: the per-queue I/O loop (libublk async model, one task per tag);
+//! - [`device`]: device parameters and the create / recover lifecycle of one device;
+//! - [`daemon`]: daemonizing with a readiness handshake, signals, systemd notification;
+//! - [`control`]: the daemon's unix-socket control endpoint (status, shutdown);
+//! - [`registry`]: what running devices leave in `/run/zonedd` for `list`/`status`/`recover`;
+//! - [`sys`]: environment checks with user-facing errors (ublk_drv, root, busy backends);
+//! - [`mem`], [`raw_file`]: simple targets for tests and plumbing checks.
+
+pub mod completion;
+pub mod control;
+pub mod daemon;
+pub mod device;
+pub mod error;
+pub mod mem;
+pub mod queue;
+pub mod raw_file;
+pub mod registry;
+pub mod request;
+pub mod sys;
+
+pub use device::{DeviceOptions, Mode, Started};
+pub use error::FrontendError;
+pub use mem::MemTarget;
+pub use raw_file::RawFileTarget;
 
 /// What the frontend needs of the engine: a random-access block device in bytes.
 ///
@@ -17,4 +44,22 @@ pub trait BlockTarget: Send + Sync {
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), i32>;
     /// Every write completed before this call is durable when it returns.
     fn flush(&self) -> Result<(), i32>;
+}
+
+/// One unit of work handed to the worker pool.
+pub type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// Where the frontend runs per-chunk works: jobs with the same key run one at a time in
+/// queueing order; jobs with different keys may run concurrently (a `workpool::Pool`).
+pub trait Dispatch: Send + Sync {
+    fn queue(&self, key: u64, job: Job);
+}
+
+/// Runs every job on the calling thread at once (tests, and a fallback without a pool).
+pub struct InlineDispatch;
+
+impl Dispatch for InlineDispatch {
+    fn queue(&self, _key: u64, job: Job) {
+        job()
+    }
 }

@@ -1,0 +1,154 @@
+//! The daemon's control endpoint: a unix socket (`<run dir>/<id>.sock`) speaking one JSON
+//! object per line.
+//!
+//! - `{"cmd":"status"}` -> `{"ok":true,"status":{...}}` (frontend, engine and pool counters);
+//! - `{"cmd":"shutdown"}` -> `{"ok":true,"stopping":true}` at once, then, when the daemon
+//!   has flushed, committed and removed the device, `{"ok":true,"done":true}` (or
+//!   `{"ok":false,"error":"..."}`) just before it exits. `zonedd delete` waits for that
+//!   second line, so it reports the daemon's real outcome.
+
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub type StatusFn = Arc<dyn Fn() -> Value + Send + Sync>;
+pub type ShutdownFn = Arc<dyn Fn() + Send + Sync>;
+
+pub struct ControlServer {
+    path: PathBuf,
+    waiters: Arc<Mutex<Vec<UnixStream>>>,
+}
+
+impl ControlServer {
+    /// Bind `path` (replacing a stale socket) and serve it on a background thread.
+    pub fn start(path: &Path, status: StatusFn, shutdown: ShutdownFn) -> std::io::Result<Self> {
+        let _ = std::fs::remove_file(path);
+        let listener = UnixListener::bind(path)?;
+        let waiters: Arc<Mutex<Vec<UnixStream>>> = Arc::default();
+        let w = waiters.clone();
+        std::thread::Builder::new()
+            .name("zonedd-control".into())
+            .spawn(move || {
+                for conn in listener.incoming().flatten() {
+                    if let Err(e) = serve_one(conn, &status, &shutdown, &w) {
+                        tracing::debug!("control connection: {e}");
+                    }
+                }
+            })?;
+        Ok(ControlServer {
+            path: path.to_path_buf(),
+            waiters,
+        })
+    }
+
+    /// Tell every waiting `shutdown` client how it ended, and remove the socket.
+    pub fn finish(&self, result: &Result<(), String>) {
+        let _ = std::fs::remove_file(&self.path);
+        let line = match result {
+            Ok(()) => json!({"ok": true, "done": true}),
+            Err(e) => json!({"ok": false, "error": e}),
+        };
+        for mut s in self.waiters.lock().drain(..) {
+            let _ = writeln!(s, "{line}");
+        }
+    }
+}
+
+fn serve_one(
+    conn: UnixStream,
+    status: &StatusFn,
+    shutdown: &ShutdownFn,
+    waiters: &Mutex<Vec<UnixStream>>,
+) -> std::io::Result<()> {
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut line = String::new();
+    BufReader::new(&conn).read_line(&mut line)?;
+    let mut out = &conn;
+    let req: Value = serde_json::from_str(line.trim()).unwrap_or(Value::Null);
+    match req.get("cmd").and_then(Value::as_str) {
+        Some("status") => writeln!(out, "{}", json!({"ok": true, "status": status()})),
+        Some("shutdown") => {
+            writeln!(out, "{}", json!({"ok": true, "stopping": true}))?;
+            waiters.lock().push(conn.try_clone()?);
+            shutdown();
+            Ok(())
+        }
+        _ => writeln!(out, "{}", json!({"ok": false, "error": "unknown request"})),
+    }
+}
+
+/// Send one request and read the replies until the daemon closes the connection or
+/// `until` accepts a reply. `timeout` bounds each wait.
+pub fn request(
+    path: &Path,
+    cmd: &str,
+    timeout: Duration,
+    until: impl Fn(&Value) -> bool,
+) -> std::io::Result<Vec<Value>> {
+    let mut s = UnixStream::connect(path)?;
+    s.set_read_timeout(Some(timeout))?;
+    writeln!(s, "{}", json!({ "cmd": cmd }))?;
+    let mut replies = Vec::new();
+    for line in BufReader::new(&s).lines() {
+        let v: Value = serde_json::from_str(&line?).map_err(std::io::Error::other)?;
+        let stop = until(&v);
+        replies.push(v);
+        if stop {
+            break;
+        }
+    }
+    Ok(replies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[test]
+    fn status_and_shutdown_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("7.sock");
+        let stopped = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let tx = Mutex::new(tx);
+        let s2 = stopped.clone();
+        let server = ControlServer::start(
+            &path,
+            Arc::new(|| json!({"engine": {"free_zones": 5}})),
+            Arc::new(move || {
+                s2.store(true, Ordering::SeqCst);
+                let _ = tx.lock().send(());
+            }),
+        )
+        .unwrap();
+        let r = request(&path, "status", Duration::from_secs(5), |_| true).unwrap();
+        assert_eq!(r[0]["status"]["engine"]["free_zones"], 5);
+
+        let p2 = path.clone();
+        let client = std::thread::spawn(move || {
+            request(&p2, "shutdown", Duration::from_secs(5), |v| {
+                v.get("done").is_some()
+            })
+        });
+        rx.recv().unwrap();
+        assert!(stopped.load(Ordering::SeqCst));
+        server.finish(&Ok(()));
+        let replies = client.join().unwrap().unwrap();
+        assert_eq!(replies.len(), 2);
+        assert_eq!(replies[1]["done"], true);
+        assert!(!path.exists());
+
+        let r = request(
+            &dir.path().join("none.sock"),
+            "status",
+            Duration::from_secs(1),
+            |_| true,
+        );
+        assert!(r.is_err());
+    }
+}

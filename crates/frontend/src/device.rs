@@ -1,0 +1,244 @@
+//! One ublk device's lifecycle: parameters, create (ADD_DEV) or recover (START/END_USER_
+//! RECOVERY), serving until stopped, then removal.
+
+use crate::error::FrontendError;
+use crate::queue::{run_queue, QueueShared};
+use crate::request::BLOCK;
+use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
+use libublk::io::UblkDev;
+use libublk::{sys, UblkError, UblkFlags};
+use parking_lot::Mutex;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// libublk target name: how `list` recognises zonedd's devices.
+pub const TARGET_NAME: &str = "zonedd";
+
+/// Requests the daemon dies holding are re-issued to its successor after `recover`: the
+/// engine tolerates a write done twice (it is remapped, not overwritten in place).
+pub const CTRL_FLAGS: u64 = (sys::UBLK_F_USER_RECOVERY | sys::UBLK_F_USER_RECOVERY_REISSUE) as u64;
+
+/// Per-tag buffer: the largest request the kernel sends us.
+pub const IO_BUF_BYTES: u32 = 512 << 10;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A new device; `None` lets the kernel pick the id.
+    Add { id: Option<u32> },
+    /// Re-attach to a QUIESCED device whose daemon died.
+    Recover { id: u32 },
+}
+
+pub struct DeviceOptions {
+    pub mode: Mode,
+    pub queues: u16,
+    pub depth: u16,
+    /// Stored as libublk's `target_data` (what `recover` rebuilds the daemon from).
+    pub target_json: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Started {
+    pub id: u32,
+    pub bdev: String,
+}
+
+/// Ask the kernel to stop device `id` (STOP_DEV): its queues end and the daemon serving it
+/// returns from [`serve`]. Safe from any thread: `new_simple` sets up this thread's own
+/// control ring (libublk keeps one per thread).
+pub fn stop_device(id: u32) -> Result<(), FrontendError> {
+    let ctrl = UblkCtrl::new_simple(id as i32)
+        .map_err(|e| FrontendError::ublk(format!("opening ublk device {id}"), e))?;
+    ctrl.kill_dev()
+        .map_err(|e| FrontendError::ublk(format!("stopping ublk device {id}"), e))?;
+    Ok(())
+}
+
+/// Remove a device that has no daemon (or whose daemon is gone).
+pub fn delete_device(id: u32) -> Result<(), FrontendError> {
+    let ctrl = UblkCtrl::new_simple(id as i32)
+        .map_err(|e| FrontendError::ublk(format!("opening ublk device {id}"), e))?;
+    let _ = ctrl.kill_dev();
+    ctrl.del_dev()
+        .map_err(|e| FrontendError::ublk(format!("deleting ublk device {id}"), e))?;
+    Ok(())
+}
+
+/// Kernel state and libublk's stored target data of device `id`.
+pub fn device_info(id: u32) -> Result<(u16, Option<Value>, Option<String>), FrontendError> {
+    let ctrl = UblkCtrl::new_simple(id as i32)
+        .map_err(|e| FrontendError::ublk(format!("opening ublk device {id}"), e))?;
+    Ok((
+        ctrl.dev_info().state,
+        ctrl.get_target_data_from_json(),
+        ctrl.get_target_type_from_json().ok(),
+    ))
+}
+
+/// Device parameters: 4 KiB blocks, volatile cache with FUA (so the kernel sends FLUSH and
+/// FUA), chunk_sectors = chunk size, discard / write-zeroes up to one chunk.
+fn set_params(dev: &mut UblkDev, capacity: u64, chunk: u64, depth: u16) {
+    dev.set_default_params(capacity);
+    let p = &mut dev.tgt.params;
+    p.basic.logical_bs_shift = 12;
+    p.basic.physical_bs_shift = 12;
+    p.basic.io_min_shift = 12;
+    p.basic.io_opt_shift = 12;
+    p.basic.attrs = sys::UBLK_ATTR_VOLATILE_CACHE | sys::UBLK_ATTR_FUA;
+    let chunk_sectors = chunk >> 9;
+    if chunk.is_power_of_two() && chunk_sectors <= u32::MAX as u64 {
+        p.basic.chunk_sectors = chunk_sectors as u32;
+    }
+    let max = chunk_sectors.min(u32::MAX as u64 & !7) as u32;
+    p.types |= sys::UBLK_PARAM_TYPE_DISCARD;
+    p.discard = sys::ublk_param_discard {
+        discard_alignment: 0,
+        discard_granularity: BLOCK as u32,
+        max_discard_sectors: max,
+        max_write_zeroes_sectors: max,
+        max_discard_segments: 1,
+        reserved0: 0,
+    };
+    // One extra ring slot for the always-armed kick poll (see `completion`).
+    dev.tgt.sq_depth = depth + 1;
+    dev.tgt.cq_depth = 2 * (depth + 1);
+}
+
+fn wait_for_node(path: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if std::path::Path::new(path).exists() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        // udev may still be renaming/creating the node; devtmpfs normally has it already.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn build_error(id: Option<u32>, e: UblkError) -> FrontendError {
+    match (&e, id) {
+        (UblkError::OtherError(x), Some(id)) if *x == -libc::EEXIST => {
+            FrontendError::Other(format!("ublk device id {id} already exists"))
+        }
+        (UblkError::OtherError(x), _) if *x == -libc::EPERM || *x == -libc::EACCES => {
+            FrontendError::NotRoot("creating a ublk device".into())
+        }
+        _ => FrontendError::ublk("creating the ublk device", e),
+    }
+}
+
+/// Serve `shared.target` as a ublk device until it is stopped ([`stop_device`], a signal
+/// handler, or the kernel). `on_started` runs once `/dev/ublkbN` exists (an `Err` from it
+/// stops the device and becomes this call's error); `on_stopped` runs after the queues are
+/// down and before the device is deleted (flush and commit go there). `shared` is dropped
+/// before `on_stopped`, so that callback may hold the only reference to the target.
+pub fn serve(
+    shared: Arc<QueueShared>,
+    opts: DeviceOptions,
+    on_started: impl FnOnce(&Started) -> Result<(), String> + Send + Sync + 'static,
+    on_stopped: impl FnOnce() -> Result<(), String>,
+) -> Result<Started, FrontendError> {
+    crate::sys::check_ublk()?;
+    let capacity = shared.target.capacity() & !(BLOCK - 1);
+    let chunk = shared.target.chunk_size();
+    if capacity == 0 {
+        return Err(FrontendError::Other("the target has no capacity".into()));
+    }
+    let (id, dev_flags) = match opts.mode {
+        Mode::Add { id } => (id, UblkFlags::UBLK_DEV_F_ADD_DEV),
+        Mode::Recover { id } => {
+            prepare_recovery(id, capacity)?;
+            (Some(id), UblkFlags::UBLK_DEV_F_RECOVER_DEV)
+        }
+    };
+    let ctrl = UblkCtrlBuilder::default()
+        .name(TARGET_NAME)
+        .id(id.map(|i| i as i32).unwrap_or(-1))
+        .nr_queues(opts.queues)
+        .depth(opts.depth)
+        .io_buf_bytes(IO_BUF_BYTES)
+        .ctrl_flags(CTRL_FLAGS)
+        .dev_flags(dev_flags)
+        .build()
+        .map_err(|e| build_error(id, e))?;
+    let dev_id = ctrl.dev_info().dev_id;
+    let started = Started {
+        id: dev_id,
+        bdev: ctrl.get_bdev_path(),
+    };
+    tracing::info!("ublk device {dev_id} added ({:?})", opts.mode);
+
+    let depth = opts.depth;
+    let target_json = opts.target_json;
+    let tgt_fn = move |dev: &mut UblkDev| {
+        set_params(dev, capacity, chunk, depth);
+        dev.set_target_json(target_json);
+        Ok(())
+    };
+    let q_shared = shared.clone();
+    let q_fn = move |qid: u16, dev: &UblkDev| run_queue(qid, dev, q_shared.clone());
+    let start_error: Arc<Mutex<Option<String>>> = Arc::default();
+    let se = start_error.clone();
+    let s2 = started.clone();
+    let device_fn = move |ctrl: &UblkCtrl| {
+        let res = if wait_for_node(&s2.bdev) {
+            on_started(&s2)
+        } else {
+            Err(format!("{} did not appear", s2.bdev))
+        };
+        if let Err(e) = res {
+            *se.lock() = Some(e);
+            let _ = ctrl.kill_dev();
+        }
+    };
+    let run = ctrl.run_target(tgt_fn, q_fn, device_fn);
+    drop(shared);
+    tracing::info!("ublk device {dev_id}: queues are down");
+    let stopped = on_stopped();
+    // A recovery that failed to start leaves the device quiesced, for another try;
+    // everything else was stopped and goes.
+    let keep = run.is_err() && matches!(opts.mode, Mode::Recover { .. });
+    if keep {
+        ctrl.disown();
+    } else if let Err(e) = ctrl.del_dev() {
+        tracing::warn!(
+            "deleting ublk device {dev_id}: {}",
+            crate::error::ublk_error_text(&e)
+        );
+    }
+    run.map_err(|e| FrontendError::ublk("starting the ublk device", e))?;
+    if let Some(e) = start_error.lock().take() {
+        return Err(FrontendError::Other(e));
+    }
+    stopped.map_err(FrontendError::Other)?;
+    Ok(started)
+}
+
+/// Checks and START_USER_RECOVERY for `recover`: the device must be QUIESCED (its daemon
+/// died) and the new target must have the same size.
+fn prepare_recovery(id: u32, capacity: u64) -> Result<(), FrontendError> {
+    let old = UblkCtrl::new_simple(id as i32)
+        .map_err(|e| FrontendError::ublk(format!("opening ublk device {id}"), e))?;
+    let state = old.dev_info().state;
+    if state as u32 != sys::UBLK_S_DEV_QUIESCED {
+        return Err(FrontendError::Other(format!(
+            "ublk device {id} is {}, not quiesced: only a device whose daemon died can be recovered",
+            crate::sys::state_name(state)
+        )));
+    }
+    if let Ok(tgt) = old.get_target_from_json() {
+        if tgt.dev_size != 0 && tgt.dev_size != capacity {
+            return Err(FrontendError::Other(format!(
+                "ublk device {id} has {} bytes but the backend gives {capacity}: not the same volume",
+                tgt.dev_size
+            )));
+        }
+    }
+    old.start_user_recover()
+        .map_err(|e| FrontendError::ublk(format!("starting recovery of ublk device {id}"), e))?;
+    Ok(())
+}
