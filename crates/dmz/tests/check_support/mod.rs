@@ -227,7 +227,10 @@ impl ZonedDevice for MemDevice {
         let seq: Vec<u32> = self
             .report_all()?
             .iter()
-            .filter(|z| z.zone_type.is_sequential())
+            .filter(|z| {
+                z.zone_type.is_sequential()
+                    && !matches!(z.cond, ZoneCondition::Offline | ZoneCondition::ReadOnly)
+            })
             .map(|z| z.id)
             .collect();
         for z in seq {
