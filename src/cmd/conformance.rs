@@ -1,10 +1,42 @@
-//! `zonedd conformance`: Run the backend conformance suite against a device (destroys its data).
+//! `zonedd conformance DEV --yes-destroy-data`: run the backend conformance suite
+//! ([`zbd::conformance`]) on a zoned device or emulated image, one line per check; exit 1 on
+//! any failure. Hidden: it is for the VM harness (null_blk, scsi_debug) and for debugging.
 
 use super::CliError;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Zoned block device or emulated image; ALL ITS DATA IS DESTROYED.
+    pub device: std::path::PathBuf,
+    /// Confirm that the device's data may be destroyed.
+    #[arg(long)]
+    pub yes_destroy_data: bool,
+}
 
-pub fn run(_args: Args) -> Result<(), CliError> {
-    Err(CliError::Failed("conformance: not implemented yet".into()))
+pub fn run(args: Args) -> Result<(), CliError> {
+    if !args.yes_destroy_data {
+        return Err(CliError::Usage(format!(
+            "conformance destroys all data on {}; pass --yes-destroy-data",
+            args.device.display()
+        )));
+    }
+    let dev = zbd::open_exclusive(&args.device).map_err(super::emulate::cli_error)?;
+    println!("conformance suite on {}", dev.describe());
+    let out = zbd::conformance::run(dev.as_ref(), &mut |name, r| match r {
+        Ok(()) if name.contains("(skipped:") => println!("SKIP {name}"),
+        Ok(()) => println!("PASS {name}"),
+        Err(e) => println!("FAIL {name}: {e}"),
+    });
+    println!(
+        "{} passed, {} failed, {} skipped",
+        out.passed, out.failed, out.skipped
+    );
+    if out.ok() {
+        Ok(())
+    } else {
+        Err(CliError::Failed(format!(
+            "{} conformance checks failed",
+            out.failed
+        )))
+    }
 }

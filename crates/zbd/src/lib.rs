@@ -8,12 +8,15 @@
 use std::fmt;
 use std::path::Path;
 
+pub mod conformance;
 mod emulated;
+mod faulty;
 mod mem;
 mod options;
 mod state;
 
 pub use emulated::{has_magic, Emulated, MAGIC as EMULATED_MAGIC};
+pub use faulty::{FaultyDevice, Op, OpClass, OpKind};
 pub use mem::MemDevice;
 pub use options::{
     default_conventional, fmt_size, parse_size, EmulateOptions, DEFAULT_MAX_OPEN,
@@ -237,6 +240,52 @@ pub trait ZonedDevice: Send + Sync {
         ))
     }
 }
+
+macro_rules! forward_zoned_device {
+    ($ptr:ty) => {
+        /// Forwards everything to the pointee, so `FaultyDevice<Arc<dyn ZonedDevice>>` and
+        /// the like work.
+        impl<T: ZonedDevice + ?Sized> ZonedDevice for $ptr {
+            fn geometry(&self) -> Geometry {
+                (**self).geometry()
+            }
+            fn report_zones(&self, first: u32, nr: u32) -> Result<Vec<Zone>> {
+                (**self).report_zones(first, nr)
+            }
+            fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+                (**self).read_at(buf, offset)
+            }
+            fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+                (**self).write_at(buf, offset)
+            }
+            fn writev_at(&self, bufs: &[&[u8]], offset: u64) -> Result<()> {
+                (**self).writev_at(bufs, offset)
+            }
+            fn zone_mgmt(&self, op: ZoneOp, zone: u32) -> Result<()> {
+                (**self).zone_mgmt(op, zone)
+            }
+            fn reset_all(&self) -> Result<()> {
+                (**self).reset_all()
+            }
+            fn flush(&self) -> Result<()> {
+                (**self).flush()
+            }
+            fn describe(&self) -> String {
+                (**self).describe()
+            }
+            fn report_all(&self) -> Result<Vec<Zone>> {
+                (**self).report_all()
+            }
+            fn set_zone_condition(&self, zone: u32, cond: ZoneCondition) -> Result<()> {
+                (**self).set_zone_condition(zone, cond)
+            }
+        }
+    };
+}
+
+forward_zoned_device!(Box<T>);
+forward_zoned_device!(std::sync::Arc<T>);
+forward_zoned_device!(&T);
 
 /// The zoned model sysfs gives for a block device (`none`, `host-managed`, `host-aware`),
 /// `None` when `path` is not a block device or sysfs does not say.

@@ -32,3 +32,22 @@ fn mem_and_emulated_smoke() {
     assert_eq!(z.wp, z.start + 8192);
     assert_eq!(z.cond, ZoneCondition::Closed);
 }
+
+fn run_suite(dev: &dyn ZonedDevice) -> zbd::conformance::Outcome {
+    let mut lines = Vec::new();
+    let out = zbd::conformance::run(dev, &mut |name, r| lines.push(format!("{name}: {r:?}")));
+    for l in &lines {
+        eprintln!("{l}");
+    }
+    out
+}
+
+#[test]
+fn conformance_mem() {
+    let mut o = EmulateOptions::new(32 << 20, 1 << 20);
+    o.conventional = 2;
+    o.max_open = 4;
+    o.max_active = 6;
+    let out = run_suite(&MemDevice::new(&o).unwrap());
+    assert!(out.ok(), "{out:?}");
+}
