@@ -239,13 +239,15 @@ impl Ctx<'_> {
                         FindingKind::BufferNotConventional,
                         format!("chunk {chunk} buffer zone {b} is not conventional"),
                     ))
-                } else if let Some(other) = owner[b as usize] {
-                    Some((
-                        FindingKind::SharedZone,
-                        format!("chunk {chunk} buffer zone {b} is already used by chunk {other}"),
-                    ))
                 } else {
-                    None
+                    owner[b as usize].map(|other| {
+                        (
+                            FindingKind::SharedZone,
+                            format!(
+                                "chunk {chunk} buffer zone {b} is already used by chunk {other}"
+                            ),
+                        )
+                    })
                 };
                 match bad {
                     Some((kind, msg)) => {

@@ -67,7 +67,7 @@ fn extents(layout: &Layout, set: usize, first_mblk: u32, nblocks: u32) -> Vec<(u
 }
 
 fn check_range(layout: &Layout, first_mblk: u32, len: usize) -> Result<u32> {
-    if len % BLOCK != 0 {
+    if len & (BLOCK - 1) != 0 {
         return Err(FormatError::Invalid(format!(
             "metadata buffer of {len} bytes is not a whole number of blocks"
         )));
