@@ -112,7 +112,7 @@ impl MemDevice {
     }
 
     fn check(&self, g: &Inner, offset: u64, len: usize) -> Result<usize> {
-        if offset % B as u64 != 0 || len % B != 0 || len == 0 {
+        if !offset.is_multiple_of(B as u64) || !len.is_multiple_of(B) || len == 0 {
             return Err(ZbdError::Invalid(format!("unaligned {offset}+{len}")));
         }
         let z = (offset / self.geo.zone_size) as usize;
