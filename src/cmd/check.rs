@@ -1,10 +1,96 @@
-//! `zonedd check`: Check (and optionally repair) the dm-zoned metadata of a backend.
+//! `zonedd check PATH [--repair] [--json]`: check (and optionally repair) the dm-zoned
+//! metadata of a backend.
+//!
+//! Read-only unless `--repair`. Exit status: 0 when no error is left (none found, or all
+//! repaired), 1 when errors remain or the metadata cannot be read (both superblocks bad, I/O
+//! error), 2 for bad input (no such device, not a zoned device or image, not formatted).
+
+use std::path::PathBuf;
+
+use dmz::check::{check, CheckReport};
+use dmz::format::FormatError;
 
 use super::CliError;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Zoned block device or emulated image.
+    pub path: PathBuf,
+    /// Fix what can be fixed and write both metadata sets with a new generation.
+    #[arg(long)]
+    pub repair: bool,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> Result<(), CliError> {
-    Err(CliError::Failed("check: not implemented yet".into()))
+pub fn run(args: Args) -> Result<(), CliError> {
+    let p = args.path.display();
+    let dev = zbd::open(&args.path).map_err(|e| match e {
+        zbd::ZbdError::Open(_) | zbd::ZbdError::Invalid(_) => CliError::Usage(e.to_string()),
+        e => CliError::Failed(format!("{p}: {e}")),
+    })?;
+    let report = check(dev.as_ref(), args.repair).map_err(|e| match e {
+        FormatError::NotFormatted(_) => CliError::Usage(format!(
+            "{p}: no valid dm-zoned superblock: not formatted? run `zonedd format --backend {p}`"
+        )),
+        FormatError::Device(_) => CliError::Usage(format!("{p}: {e}")),
+        e => CliError::Failed(format!("{p}: {e}")),
+    })?;
+    if args.json {
+        let s = serde_json::to_string_pretty(&report)
+            .map_err(|e| CliError::Failed(format!("JSON: {e}")))?;
+        println!("{s}");
+    } else {
+        print!("{}", human(&args, &report));
+    }
+    if report.summary.clean {
+        Ok(())
+    } else if args.repair {
+        Err(CliError::Failed(format!(
+            "{p}: {} error(s) could not be repaired",
+            report.remaining()
+        )))
+    } else {
+        Err(CliError::Failed(format!(
+            "{p}: {} error(s) detected: run `zonedd check {p} --repair`",
+            report.errors.len()
+        )))
+    }
+}
+
+fn human(args: &Args, r: &CheckReport) -> String {
+    let s = &r.summary;
+    let mut out = format!(
+        "{} ({}): label {:?}, uuid {}, gen {}, primary set {}\n\
+         \x20 {} chunks: {} mapped ({} buffered); {} mapped + {} unmapped zones checked; \
+         {} blocks compared between the sets\n",
+        args.path.display(),
+        r.device,
+        r.label,
+        r.uuid,
+        r.gen,
+        r.primary,
+        s.nr_chunks,
+        s.mapped_chunks,
+        s.buffered_chunks,
+        s.mapped_zones,
+        s.unmapped_zones,
+        s.set_blocks_compared
+    );
+    for f in &r.errors {
+        let fixed = if r.fixed.contains(f) { " [fixed]" } else { "" };
+        out.push_str(&format!("  error: {}{fixed}\n", f.message));
+    }
+    if r.errors.is_empty() {
+        out.push_str("No error detected\n");
+    } else if args.repair {
+        out.push_str(&format!(
+            "Repaired {} of {} error(s); metadata written as gen {}\n",
+            r.fixed.len(),
+            r.errors.len(),
+            r.gen + 1
+        ));
+    }
+    out
 }
