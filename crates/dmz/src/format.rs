@@ -487,6 +487,12 @@ fn size(c: &ZoneCensus, nr_bitmap_blocks: u32, reserved: u32) -> Result<Sizing> 
 }
 
 impl Layout {
+    /// Whether the device can hold dm-zoned metadata at all (zone size, capacity, report),
+    /// whatever its superblocks say.
+    pub fn check_device(zones: &[Zone], geometry: &Geometry) -> Result<()> {
+        census(zones, geometry).map(|_| ())
+    }
+
     /// Size a new format of a device, exactly as dmzadm does (reference §1.6): at least 3
     /// conventional zones, reserved zones clamped to the conventional count − 1, two sets of
     /// `nr_meta_zones` contiguous conventional zones from the first conventional zone.

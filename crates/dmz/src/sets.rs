@@ -294,6 +294,7 @@ fn primary_zone(zones: &[Zone], geometry: &Geometry) -> Option<u32> {
 pub fn probe(dev: &dyn ZonedDevice) -> Result<Probe> {
     let geometry = dev.geometry();
     let zones = dev.report_all()?;
+    Layout::check_device(&zones, &geometry)?;
     let Some(z0) = primary_zone(&zones, &geometry) else {
         let why = "no usable conventional zone: cannot hold dm-zoned metadata";
         return Ok(Probe {

@@ -267,3 +267,29 @@ fn meta_block_helpers_refuse_out_of_range() {
     assert!(read_meta_blocks(&dev, &l, 0, l.nr_meta_blocks - 1, &mut b).is_err());
     assert!(read_meta_blocks(&dev, &l, 0, 0, &mut b[..100]).is_err());
 }
+
+#[test]
+fn zns_device_is_refused_by_format_and_load() {
+    let mut opts = zbd::EmulateOptions::new(16 << 20, 1 << 20);
+    opts.conventional = 4;
+    opts.zone_capacity = 512 << 10;
+    let dev = zbd::MemDevice::new(&opts).unwrap();
+    let e = format_device(&dev, &FormatOptions::default(), &mut |_, _| {}).unwrap_err();
+    assert!(matches!(e, FormatError::Device(_)), "{e}");
+    assert!(e.to_string().contains("(ZNS) is not supported"), "{e}");
+    let e = load(&dev).unwrap_err();
+    assert!(e.to_string().contains("(ZNS) is not supported"), "{e}");
+}
+
+#[test]
+fn format_works_on_zbd_mem_device() {
+    // The same flow on zbd's own in-memory device (strict zone state machine).
+    let mut opts = zbd::EmulateOptions::new(32 << 20, 1 << 20);
+    opts.conventional = 6;
+    let dev = zbd::MemDevice::new(&opts).unwrap();
+    let l = format_device(&dev, &FormatOptions::default(), &mut |_, _| {}).unwrap();
+    assert_eq!((l.nr_reserved_seq, l.nr_chunks), (5, 32 - 2 - 5));
+    let loaded = load(&dev).unwrap();
+    assert!(loaded.actions.is_empty());
+    assert!(dmz::check::check(&dev, false).unwrap().errors.is_empty());
+}
