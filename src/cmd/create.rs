@@ -1,10 +1,345 @@
 //! `zonedd create`: Start a daemon exposing a formatted backend as /dev/ublkbN.
+//!
+//! On success it prints two lines on stdout, once the device is usable:
+//!
+//! ```text
+//! /dev/ublkb0
+//! id 0
+//! ```
+//!
+//! Without `--foreground` it daemonizes first and returns when the daemon is ready (or
+//! fails with the daemon's own error). The daemon is also what `recover` starts, so the
+//! code shared with it lives here ([`serve_daemon`]).
 
 use super::CliError;
+use frontend::daemon::{self, Readiness, Shutdown};
+use frontend::registry::{self, DeviceRecord, DeviceSpec};
+use frontend::{sys, BlockTarget, Dispatch, FrontendError, Job, Mode};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::{Arc, Weak};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The formatted zoned backend: a host-managed block device or an emulated image.
+    #[arg(long)]
+    pub backend: String,
+    /// A name shown by `zonedd list`.
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Number of ublk queues (one I/O thread each).
+    #[arg(long, default_value_t = 2)]
+    pub queues: u16,
+    /// Queue depth (requests in flight per queue).
+    #[arg(long, default_value_t = 64)]
+    pub depth: u16,
+    /// Worker pool for per-chunk works: `percpu` or `unbound`.
+    #[arg(long, default_value = "percpu")]
+    pub pool: String,
+    /// Concurrent works: per CPU for `percpu`, in all for `unbound`.
+    #[arg(long)]
+    pub max_active: Option<u32>,
+    /// Concurrent reclaim works.
+    #[arg(long)]
+    pub reclaim_max_active: Option<u32>,
+    /// Format the backend first (destroys its data).
+    #[arg(long)]
+    pub format: bool,
+    /// Stay in the foreground (systemd: Type=notify, READY=1 once /dev/ublkbN exists).
+    #[arg(long)]
+    pub foreground: bool,
+    /// Ask for this ublk device id (default: the kernel picks).
+    #[arg(long)]
+    pub id: Option<u32>,
+    /// If a zonedd device for this backend already exists with its daemon dead, recover it
+    /// instead of creating a new one (what the systemd unit uses on restart).
+    #[arg(long)]
+    pub recover_if_present: bool,
+}
 
-pub fn run(_args: Args) -> Result<(), CliError> {
-    Err(CliError::Failed("create: not implemented yet".into()))
+/// Chunk size of the test targets (`mem:SIZE`, `file:PATH`).
+const TEST_CHUNK: u64 = 4 << 20;
+
+pub fn run(args: Args) -> Result<(), CliError> {
+    sys::check_ublk().map_err(failed)?;
+    sys::check_root("zonedd create").map_err(failed)?;
+    if args.queues == 0 || args.depth == 0 || args.depth > 4096 {
+        return Err(CliError::Usage(
+            "--queues must be >= 1 and --depth between 1 and 4096".into(),
+        ));
+    }
+    let spec = DeviceSpec {
+        backend: canonical_backend(&args.backend)?,
+        label: args.label.clone(),
+        pool: args.pool.clone(),
+        max_active: args.max_active,
+        reclaim_max_active: args.reclaim_max_active,
+        queues: args.queues,
+        depth: args.depth,
+    };
+    pool_policy(&spec)?;
+    let mut mode = Mode::Add { id: args.id };
+    let mut spec = spec;
+    if let Some((id, state, stored)) = existing_device_for(&spec.backend) {
+        match (state.as_str(), args.recover_if_present) {
+            ("quiesced", true) => {
+                eprintln!("zonedd: recovering ublk device {id} of {}", spec.backend);
+                mode = Mode::Recover { id };
+                // the device keeps its queues and depth; the rest may change
+                if let Some(s) = stored {
+                    spec.queues = s.queues;
+                    spec.depth = s.depth;
+                }
+            }
+            ("dead", true) => {
+                frontend::device::delete_device(id).map_err(failed)?;
+            }
+            _ => {
+                return Err(CliError::Failed(format!(
+                    "{} is already used by ublk device {id} ({state}){}",
+                    spec.backend,
+                    if state == "quiesced" {
+                        format!(": its daemon died, run `zonedd recover {id}`")
+                    } else {
+                        String::new()
+                    }
+                )))
+            }
+        }
+    }
+    if args.format && matches!(mode, Mode::Add { .. }) {
+        format_backend(&spec).map_err(CliError::Failed)?;
+    } else if !is_test_backend(&spec.backend) {
+        // Fail here, before daemonizing, with the clearest message we can give.
+        check_backend(&spec.backend).map_err(CliError::Failed)?;
+    }
+    serve_daemon(spec, mode, args.foreground)
+}
+
+fn failed(e: FrontendError) -> CliError {
+    CliError::Failed(e.to_string())
+}
+
+fn is_test_backend(b: &str) -> bool {
+    b.starts_with("mem:") || b.starts_with("file:")
+}
+
+fn canonical_backend(b: &str) -> Result<String, CliError> {
+    if b.starts_with("mem:") {
+        return Ok(b.to_string());
+    }
+    let (prefix, path) = match b.strip_prefix("file:") {
+        Some(p) => ("file:", p),
+        None => ("", b),
+    };
+    let p = std::fs::canonicalize(path)
+        .map_err(|e| CliError::Failed(format!("backend {path}: {e}")))?;
+    Ok(format!("{prefix}{}", p.display()))
+}
+
+fn pool_policy(spec: &DeviceSpec) -> Result<workpool::Policy, CliError> {
+    let s = match spec.max_active {
+        Some(n) => format!("{}:{n}", spec.pool),
+        None => spec.pool.clone(),
+    };
+    s.parse::<workpool::Policy>()
+        .map_err(|e| CliError::Usage(e.to_string()))
+}
+
+/// A zonedd ublk device already serving `backend`: (id, state, its spec).
+fn existing_device_for(backend: &str) -> Option<(u32, String, Option<DeviceSpec>)> {
+    for id in sys::ublk_ids() {
+        let Ok((state, data, ty)) = frontend::device::device_info(id) else {
+            continue;
+        };
+        let spec: Option<DeviceSpec> = data.and_then(|d| serde_json::from_value(d).ok());
+        let spec = spec.or_else(|| registry::read(id).map(|r| r.spec));
+        let ours = ty.as_deref() == Some(frontend::device::TARGET_NAME) || spec.is_some();
+        if ours && spec.as_ref().map(|s| s.backend.as_str()) == Some(backend) {
+            return Some((id, sys::state_name(state).to_string(), spec));
+        }
+    }
+    None
+}
+
+/// Opens the backend and its metadata, to fail early: missing, not zoned, busy, mounted,
+/// not formatted.
+fn check_backend(backend: &str) -> Result<(), String> {
+    let path = Path::new(backend);
+    sys::check_block_device_free(path).map_err(|e| e.to_string())?;
+    let dev = zbd::open(path).map_err(|e| e.to_string())?;
+    dmz::sets::probe(dev.as_ref())
+        .map_err(|e| format!("{backend}: {e}"))
+        .and_then(|p| {
+            p.choose(&dev.describe())
+                .map(|_| ())
+                .map_err(|e| not_formatted_hint(backend, e))
+        })
+}
+
+fn not_formatted_hint(backend: &str, e: dmz::format::FormatError) -> String {
+    match e {
+        dmz::format::FormatError::NotFormatted(m) => {
+            format!("{m}: run `zonedd format {backend}` first (or pass --format to create)")
+        }
+        other => format!("{backend}: {other}"),
+    }
+}
+
+fn format_backend(spec: &DeviceSpec) -> Result<(), String> {
+    if is_test_backend(&spec.backend) {
+        return Ok(());
+    }
+    let path = Path::new(&spec.backend);
+    sys::check_block_device_free(path).map_err(|e| e.to_string())?;
+    let dev = zbd::open(path).map_err(|e| e.to_string())?;
+    let opts = dmz::sets::FormatOptions {
+        label: spec.label.clone(),
+        ..Default::default()
+    };
+    dmz::sets::format_device(dev.as_ref(), &opts, &mut |_, _| {})
+        .map_err(|e| format!("formatting {}: {e}", spec.backend))?;
+    Ok(())
+}
+
+/// The pool as the frontend's [`Dispatch`].
+struct PoolDispatch(Arc<workpool::Pool>);
+
+impl Dispatch for PoolDispatch {
+    fn queue(&self, key: u64, job: Job) {
+        self.0.queue(key, job)
+    }
+}
+
+/// An opened target: the trait object the frontend serves, how to read its counters
+/// (weakly: the daemon must be able to take the target back to close it), and how to close.
+struct Opened {
+    target: Arc<dyn BlockTarget>,
+    stats: Box<dyn Fn() -> Value + Send + Sync>,
+    close: Box<dyn FnOnce() -> Result<(), String>>,
+}
+
+fn simple<T: BlockTarget + 'static>(t: T) -> Opened {
+    let t: Arc<dyn BlockTarget> = Arc::new(t);
+    let flush = t.clone();
+    Opened {
+        target: t,
+        stats: Box::new(|| Value::Null),
+        close: Box::new(move || {
+            flush
+                .flush()
+                .map_err(|e| format!("flush: {}", std::io::Error::from_raw_os_error(e)))
+        }),
+    }
+}
+
+fn open_target(spec: &DeviceSpec, _pool: &Arc<workpool::Pool>) -> Result<Opened, String> {
+    if let Some(size) = spec.backend.strip_prefix("mem:") {
+        let bytes = frontend::mem::parse_size(size)
+            .filter(|&b| b >= 1 << 20)
+            .ok_or_else(|| format!("bad size in {}: expected e.g. mem:512M", spec.backend))?;
+        return Ok(simple(frontend::MemTarget::new(bytes, TEST_CHUNK)));
+    }
+    if let Some(path) = spec.backend.strip_prefix("file:") {
+        let t =
+            frontend::RawFileTarget::open(path, TEST_CHUNK).map_err(|e| format!("{path}: {e}"))?;
+        return Ok(simple(t));
+    }
+    check_backend(&spec.backend)?;
+    Err(format!(
+        "{}: the chunk-mapping engine is not available in this build yet (use mem:SIZE or file:PATH to test the frontend)",
+        spec.backend
+    ))
+}
+
+/// Run a daemon for `spec` (create or recover), daemonized unless `foreground`.
+pub(crate) fn serve_daemon(spec: DeviceSpec, mode: Mode, foreground: bool) -> Result<(), CliError> {
+    daemon::launch(foreground, move |ready| daemon_body(spec, mode, ready))
+        .map_err(CliError::Failed)
+}
+
+fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<(), String> {
+    if let Err(e) = sys::private_mount_namespace() {
+        tracing::warn!("no private mount namespace: {e}");
+    }
+    let shutdown = Arc::new(Shutdown::default());
+    daemon::handle_signals(shutdown.clone()).map_err(|e| format!("signal handler: {e}"))?;
+    let policy = pool_policy(&spec).map_err(|e| e.to_string())?;
+    let pool = Arc::new(workpool::Pool::new("zonedd-io", policy));
+    let opened = open_target(&spec, &pool)?;
+    let io_stats = Arc::new(frontend::queue::IoStats::default());
+    let shared = Arc::new(frontend::queue::QueueShared {
+        target: opened.target,
+        dispatch: Arc::new(PoolDispatch(pool.clone())),
+        stats: io_stats.clone(),
+    });
+    let engine_stats = opened.stats;
+    let close = opened.close;
+    let control: Arc<Mutex<Option<frontend::control::ControlServer>>> = Arc::default();
+    let target_json = serde_json::to_value(&spec).map_err(|e| e.to_string())?;
+    let opts = frontend::DeviceOptions {
+        mode,
+        queues: spec.queues,
+        depth: spec.depth,
+        target_json,
+    };
+    let pool_weak: Weak<workpool::Pool> = Arc::downgrade(&pool);
+    let (ctl, sd, spec2) = (control.clone(), shutdown.clone(), spec.clone());
+    let on_started = move |s: &frontend::Started| -> Result<(), String> {
+        sd.set_device(s.id);
+        let log = daemon::adopt_log(s.id);
+        let socket = registry::socket_path(s.id);
+        let rec = DeviceRecord {
+            id: s.id,
+            bdev: s.bdev.clone(),
+            spec: spec2.clone(),
+            pid: std::process::id(),
+            socket: socket.clone(),
+            log,
+        };
+        registry::write(&rec)
+            .map_err(|e| format!("writing {}: {e}", registry::record_path(s.id).display()))?;
+        let (id, bdev) = (s.id, s.bdev.clone());
+        let status = Arc::new(move || {
+            json!({
+                "id": id,
+                "bdev": bdev,
+                "backend": spec2.backend,
+                "label": spec2.label,
+                "pid": std::process::id(),
+                "frontend": io_stats.snapshot(),
+                "pool": pool_weak.upgrade().map(|p| p.stats()),
+                "engine": engine_stats(),
+            })
+        });
+        let sd2 = sd.clone();
+        let server = frontend::control::ControlServer::start(
+            &socket,
+            status,
+            Arc::new(move || sd2.request()),
+        )
+        .map_err(|e| format!("control socket {}: {e}", socket.display()))?;
+        *ctl.lock().unwrap_or_else(|p| p.into_inner()) = Some(server);
+        ready.ready(s);
+        Ok(())
+    };
+    let on_stopped = || -> Result<(), String> {
+        let r = close();
+        pool.shutdown();
+        r
+    };
+    let result = frontend::device::serve(shared, opts, on_started, on_stopped);
+    let outcome = result.as_ref().map(|_| ()).map_err(|e| e.to_string());
+    if let Some(server) = control.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        server.finish(&outcome);
+    }
+    if let Ok(s) = &result {
+        registry::remove(s.id);
+        if outcome.is_ok() {
+            let _ = std::fs::remove_file(registry::log_path(s.id));
+        }
+        tracing::info!("ublk device {} removed", s.id);
+    }
+    outcome
 }

@@ -1,10 +1,121 @@
 //! `zonedd delete`: Flush, commit and remove a zonedd device.
+//!
+//! Asks the daemon over its control socket to shut down, and waits for its answer: it stops
+//! the device, flushes and commits the engine, deletes the device and exits. A device whose
+//! daemon is gone is deleted directly (without a final flush: the dead daemon's last commit
+//! is what the backend has).
 
 use super::CliError;
+use frontend::registry;
+use frontend::sys;
+use std::time::Duration;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The ublk device id (from `zonedd list`).
+    #[arg(required_unless_present_any = ["all", "backend"], conflicts_with_all = ["all", "backend"])]
+    pub id: Option<u32>,
+    /// Delete every zonedd device.
+    #[arg(long, conflicts_with = "backend")]
+    pub all: bool,
+    /// Delete the device serving this backend (what the systemd unit uses).
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Delete even if the block device is mounted or open (its users get I/O errors).
+    #[arg(long)]
+    pub force: bool,
+    /// Seconds to wait for the daemon to flush and exit.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+}
 
-pub fn run(_args: Args) -> Result<(), CliError> {
-    Err(CliError::Failed("delete: not implemented yet".into()))
+pub fn run(args: Args) -> Result<(), CliError> {
+    let failed = |e: frontend::FrontendError| CliError::Failed(e.to_string());
+    sys::check_ublk().map_err(failed)?;
+    sys::check_root("zonedd delete").map_err(failed)?;
+    let ids: Vec<u32> = if args.all {
+        super::list::zonedd_devices()
+            .into_iter()
+            .map(|d| d.id)
+            .collect()
+    } else if let Some(b) = &args.backend {
+        let canon = std::fs::canonicalize(b)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| b.clone());
+        let found: Vec<u32> = super::list::zonedd_devices()
+            .into_iter()
+            .filter(|d| {
+                d.backend.as_deref() == Some(canon.as_str())
+                    || d.backend.as_deref() == Some(b.as_str())
+            })
+            .map(|d| d.id)
+            .collect();
+        if found.is_empty() {
+            // Nothing to do is success for `ExecStop=`: the unit may already be down.
+            eprintln!("zonedd: no device serves {b}");
+            return Ok(());
+        }
+        found
+    } else {
+        vec![args.id.unwrap_or_default()]
+    };
+    let mut errors = Vec::new();
+    for id in ids {
+        match delete_one(id, args.force, Duration::from_secs(args.timeout)) {
+            Ok(msg) => println!("{msg}"),
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Failed(errors.join("; ")))
+    }
+}
+
+fn delete_one(id: u32, force: bool, timeout: Duration) -> Result<String, String> {
+    let exists = sys::ublk_ids().contains(&id);
+    let rec = registry::read(id);
+    if !exists {
+        if rec.is_some() {
+            registry::remove(id);
+        }
+        return Err(format!("no ublk device {id}"));
+    }
+    if !force {
+        if let Some(why) = sys::bdev_in_use(id) {
+            return Err(format!("{why} (use --force to delete anyway)"));
+        }
+    }
+    if let Some(r) = rec
+        .as_ref()
+        .filter(|r| sys::pid_alive(r.pid) && r.socket.exists())
+    {
+        match frontend::control::request(&r.socket, "shutdown", timeout, |v| {
+            v.get("done").is_some() || v.get("error").is_some()
+        }) {
+            Ok(replies) => {
+                let last = replies.last().cloned().unwrap_or_default();
+                if last.get("done").is_some() {
+                    return Ok(format!("deleted {} (id {id})", r.bdev));
+                }
+                if let Some(e) = last.get("error").and_then(|e| e.as_str()) {
+                    return Err(format!(
+                        "device {id}: the daemon failed to shut down cleanly: {e}"
+                    ));
+                }
+                // The daemon went away without its final word: fall through to the check.
+            }
+            Err(e) => tracing::warn!("control socket of device {id}: {e}"),
+        }
+        if !sys::ublk_ids().contains(&id) {
+            return Ok(format!("deleted {} (id {id})", r.bdev));
+        }
+    }
+    eprintln!(
+        "zonedd: ublk device {id} has no daemon: deleting it without a final flush (check the backend with `zonedd check`)"
+    );
+    frontend::device::delete_device(id).map_err(|e| e.to_string())?;
+    registry::remove(id);
+    Ok(format!("deleted /dev/ublkb{id} (id {id})"))
 }

@@ -1,10 +1,49 @@
 //! `zonedd recover`: Re-attach a new daemon to a device whose daemon died.
+//!
+//! The device must be QUIESCED (its daemon was killed or crashed; `/dev/ublkbN` stayed, and
+//! I/O waits). The new daemon reopens the backend (the engine rebuilds its state from what
+//! the dead daemon wrote), re-attaches with START/END_USER_RECOVERY, and the requests the
+//! dead daemon held are re-issued to it. Prints the same two lines as `create`.
 
 use super::CliError;
+use frontend::registry::{self, DeviceSpec};
+use frontend::{sys, Mode};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The ublk device id (from `zonedd list`).
+    pub id: u32,
+    /// Stay in the foreground instead of daemonizing.
+    #[arg(long)]
+    pub foreground: bool,
+}
 
-pub fn run(_args: Args) -> Result<(), CliError> {
-    Err(CliError::Failed("recover: not implemented yet".into()))
+pub fn run(args: Args) -> Result<(), CliError> {
+    let failed = |e: frontend::FrontendError| CliError::Failed(e.to_string());
+    sys::check_ublk().map_err(failed)?;
+    sys::check_root("zonedd recover").map_err(failed)?;
+    let id = args.id;
+    let (state, data, _) = frontend::device::device_info(id)
+        .map_err(|_| CliError::Failed(format!("no ublk device {id}")))?;
+    let state = sys::state_name(state);
+    if state != "quiesced" {
+        let hint = match registry::read(id) {
+            Some(r) if state == "live" && sys::pid_alive(r.pid) => {
+                format!(": its daemon (pid {}) is running", r.pid)
+            }
+            _ => String::new(),
+        };
+        return Err(CliError::Failed(format!(
+            "ublk device {id} is {state}, not quiesced{hint}: only a device whose daemon died can be recovered"
+        )));
+    }
+    let spec: DeviceSpec = data
+        .and_then(|d| serde_json::from_value(d).ok())
+        .or_else(|| registry::read(id).map(|r| r.spec))
+        .ok_or_else(|| {
+            CliError::Failed(format!(
+                "ublk device {id} was not created by zonedd (no zonedd target data)"
+            ))
+        })?;
+    super::create::serve_daemon(spec, Mode::Recover { id }, args.foreground)
 }

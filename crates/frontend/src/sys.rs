@@ -81,8 +81,18 @@ pub fn bdev_in_use(id: u32) -> Option<String> {
         .map(|e| e.to_string())
 }
 
+/// A process exists and is not a zombie (an exited daemon whose parent did not reap it).
 pub fn pid_alive(pid: u32) -> bool {
-    pid > 0 && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok()
+    if pid == 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .map(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
 }
 
 /// Ids of every ublk device on the system (from sysfs; empty without ublk_drv).
