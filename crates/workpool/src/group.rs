@@ -80,41 +80,44 @@ pub(crate) fn schedule(inner: &Arc<Inner>, gi: usize, key: u64) {
     kick(inner, gi, &mut st);
 }
 
-/// Wake economy: every queued work needs one awake free worker. Wake a parked one only when
-/// queued works outnumber those (a worker with a wake pending already counts, so it is never
-/// woken twice); spawn a new one only when none is parked and the limit allows; otherwise the
-/// work waits for a running worker to finish.
+/// Wake economy: a queued work needs an awake free worker, and one is enough. Wake a parked
+/// worker (or spawn one, within the limit) only when the run queue is non-empty and nobody
+/// awake is free to look at it. A worker with a wake pending already counts as free, so it is
+/// never woken twice, and at most one wake per group is in flight. Called after every push
+/// and every pop: a worker that takes a work and leaves others queued passes the baton to
+/// one more worker (it may block in its work, and nothing in userspace would tell us), so no
+/// queued work waits behind a running one unless the group limit is reached.
 fn kick(inner: &Arc<Inner>, gi: usize, st: &mut GroupState) {
+    if st.awake_free > 0 || st.runq.is_empty() {
+        return;
+    }
     let group = &inner.groups[gi];
-    while st.runq.len() > st.awake_free {
-        if let Some(slot) = st.idle.pop() {
-            st.woken[slot] = true;
-            st.awake_free += 1;
-            group.wake[slot].notify_one();
-            group
-                .counters
-                .wakeups_issued
-                .fetch_add(1, Ordering::Relaxed);
-        } else if let Some(slot) = st.free_slots.pop() {
-            match spawn_worker(inner, gi, slot) {
-                Ok(()) => {
-                    st.workers += 1;
-                    st.awake_free += 1;
-                    group
-                        .counters
-                        .workers_spawned
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    st.free_slots.push(slot);
-                    tracing::error!(pool = %inner.name, error = %e, "cannot spawn worker thread");
-                    break;
-                }
+    if let Some(slot) = st.idle.pop() {
+        debug_assert!(!st.woken.iter().any(|&w| w), "two wakes in flight");
+        st.woken[slot] = true;
+        st.awake_free += 1;
+        group.wake[slot].notify_one();
+        group
+            .counters
+            .wakeups_issued
+            .fetch_add(1, Ordering::Relaxed);
+    } else if let Some(slot) = st.free_slots.pop() {
+        match spawn_worker(inner, gi, slot) {
+            Ok(()) => {
+                st.workers += 1;
+                st.awake_free += 1;
+                group
+                    .counters
+                    .workers_spawned
+                    .fetch_add(1, Ordering::Relaxed);
             }
-        } else {
-            break;
+            Err(e) => {
+                st.free_slots.push(slot);
+                tracing::error!(pool = %inner.name, error = %e, "cannot spawn worker thread");
+            }
         }
     }
+    // Else every worker runs a work: the first to finish takes the queue's head.
 }
 
 /// Shutdown: workers stop parking; every parked one is woken to exit.
@@ -150,6 +153,7 @@ fn worker_main(inner: Arc<Inner>, gi: usize, slot: usize) {
         if let Some(key) = st.runq.pop_front() {
             st.awake_free -= 1;
             st.running += 1;
+            kick(&inner, gi, &mut st);
             drop(st);
             let requeue = run_work(&inner, gi, key);
             st = group.state.lock();

@@ -33,14 +33,22 @@
 //! # Who wakes whom (wake economy)
 //!
 //! Each group counts its *awake free* workers: awake and not executing a work, so they will
-//! look at the run queue before parking (this includes workers with a wake pending). Putting
-//! a key on a run queue wakes one parked worker only while queued works outnumber awake free
-//! workers; a woken worker leaves the parked list at once, so it is never woken twice. When no
-//! worker is parked, a new thread is spawned if the group limit allows; otherwise the work
-//! waits for a running worker to finish its batch. Parked workers wait on their own condvar
-//! with no timeout and no spinning: an idle pool makes no wakeups at all. A woken worker that
-//! finds the queue already emptied (another worker finished and took the work first) counts a
-//! `wakeups_empty`.
+//! look at the run queue before parking. A worker with a wake pending counts as awake free
+//! from the moment it is chosen, and leaves the parked list at once, so it is never woken
+//! twice. The rule, applied after every push onto a run queue and after every pop from it:
+//!
+//! * run queue non-empty and no awake free worker: wake the most recently parked worker
+//!   (cache-warm), or spawn one if none is parked and the group limit allows;
+//! * otherwise nobody is woken: an awake free worker will take the work, or every worker is
+//!   executing a work and the first to finish takes the queue's head.
+//!
+//! So the queueing thread wakes at most one worker, and at most one wake per group is in
+//! flight. A worker that takes a work and leaves others queued passes the baton to one more
+//! worker, because its work may block (userspace cannot see that, unlike the kernel's
+//! concurrency management): no queued work waits behind a blocked one below the group limit.
+//! Parked workers wait on their own condvar with no timeout and no spinning, so an idle pool
+//! makes no wakeups at all. A woken worker that finds the queue already emptied (a worker that
+//! just finished took the work first) counts a `wakeups_empty`.
 //!
 //! [`Pool::wait_idle`] sleeps on a condvar notified when the last live work retires, only when
 //! someone waits.

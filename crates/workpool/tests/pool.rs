@@ -237,7 +237,8 @@ fn ping_pong_never_loses_a_wakeup() {
             assert_eq!(rx.recv().unwrap(), i);
         }
         let s = pool.stats();
-        assert!(s.wakeups_issued <= s.works_queued + s.works_requeued);
+        // Each wake leads to a work taken, or is counted as empty.
+        assert!(s.wakeups_issued <= s.works_run + s.wakeups_empty);
     });
 }
 
@@ -259,6 +260,48 @@ fn idle_pool_makes_zero_wakeups() {
         assert_eq!(before.works_run, after.works_run, "{policy}");
         assert_eq!(after.active_now, 0);
     }
+}
+
+#[test]
+fn busy_workers_are_not_woken_and_limit_holds_back_extra_works() {
+    guard("busy", 30, || {
+        let pool = Arc::new(Pool::new("busy", Policy::Unbound { max_active: 2 }));
+        let (started_tx, started_rx) = mpsc::channel();
+        let gate = Arc::new(Barrier::new(3));
+        // Two works that block until released: both workers busy.
+        for key in 0..2 {
+            let (started_tx, gate) = (started_tx.clone(), gate.clone());
+            pool.queue(
+                key,
+                Box::new(move || {
+                    started_tx.send(()).unwrap();
+                    gate.wait();
+                }),
+            );
+        }
+        started_rx.recv().unwrap();
+        started_rx.recv().unwrap();
+        let before = pool.stats();
+        assert_eq!(before.active_now, 2);
+        for key in 2..50 {
+            pool.queue(key, Box::new(|| {}));
+        }
+        let mid = pool.stats();
+        assert_eq!(
+            mid.wakeups_issued, before.wakeups_issued,
+            "woke a busy pool"
+        );
+        assert_eq!(
+            mid.workers_spawned, before.workers_spawned,
+            "spawned past the limit"
+        );
+        assert_eq!(mid.works_run, before.works_run, "ran a work past the limit");
+        gate.wait();
+        pool.wait_idle();
+        let s = pool.stats();
+        assert_eq!(s.jobs_run, 50);
+        assert!(s.peak_active <= 2);
+    });
 }
 
 #[test]
