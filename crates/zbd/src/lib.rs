@@ -8,6 +8,7 @@
 use std::fmt;
 use std::path::Path;
 
+mod blockdev;
 pub mod conformance;
 mod emulated;
 mod faulty;
@@ -15,6 +16,7 @@ mod mem;
 mod options;
 mod state;
 
+pub use blockdev::{BlkZone, BlkZoneRange, BlkZoneReport, BlockDev};
 pub use emulated::{has_magic, Emulated, MAGIC as EMULATED_MAGIC};
 pub use faulty::{FaultyDevice, Op, OpClass, OpKind};
 pub use mem::MemDevice;
@@ -374,9 +376,6 @@ fn open_backend(path: &Path, exclusive: bool) -> Result<Box<dyn ZonedDevice>> {
     )))
 }
 
-fn open_zoned_blockdev(path: &Path, _exclusive: bool) -> Result<Box<dyn ZonedDevice>> {
-    Err(ZbdError::Open(format!(
-        "{}: zoned block devices are not supported yet",
-        path.display()
-    )))
+fn open_zoned_blockdev(path: &Path, exclusive: bool) -> Result<Box<dyn ZonedDevice>> {
+    Ok(Box::new(BlockDev::open(path, exclusive)?))
 }
