@@ -308,6 +308,10 @@ impl Emulated {
                 }
             }
         }
+        if !block_device {
+            // Refuse bad options before creating anything.
+            opts.geometry(MIN_EMULATED_ZONE_SIZE)?;
+        }
         let mut oo = OpenOptions::new();
         oo.read(true).write(true);
         if block_device {
@@ -327,6 +331,9 @@ impl Emulated {
             }
             if opts.size == 0 {
                 opts.size = nr * opts.zone_size;
+                if opts.conventional == 0 {
+                    opts.conventional = crate::options::default_conventional(nr as u32);
+                }
             } else if opts.size > nr * opts.zone_size {
                 return Err(ZbdError::Open(format!(
                     "{p} holds at most {} of zones plus the zone table; {} does not fit",

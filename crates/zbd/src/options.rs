@@ -15,7 +15,8 @@ pub struct EmulateOptions {
     pub size: u64,
     /// Bytes per zone: a power of two, a multiple of 4096.
     pub zone_size: u64,
-    /// Number of conventional zones (at the start of the device).
+    /// Number of conventional zones (at the start of the device). With `size` 0 on a block
+    /// device, 0 means the default (about 1 %, at least 8) for the size found.
     pub conventional: u32,
     /// Writable bytes per zone; 0 means `zone_size`.
     pub zone_capacity: u64,
