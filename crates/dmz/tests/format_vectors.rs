@@ -316,3 +316,33 @@ fn from_superblock_checks_fields() {
     assert!(check(&|s| s.set_uuid = [0; 16]).contains("UUID"));
     assert!(check(&|s| s.dev_uuid = [0; 16]).contains("UUID"));
 }
+
+const Z_FRESH0: &[u8] = include_bytes!("vectors/zonedd-fresh-zone0-set.bin");
+const Z_FRESH1: &[u8] = include_bytes!("vectors/zonedd-fresh-zone1-set.bin");
+const Z_KERNEL0: &[u8] = include_bytes!("vectors/zonedd-kernel-zone0-set.bin");
+const Z_KERNEL1: &[u8] = include_bytes!("vectors/zonedd-kernel-zone1-set.bin");
+
+#[test]
+fn kernel_accepted_and_updated_a_zonedd_format() {
+    let (zones, geo) = vector_zones();
+    let ours = sb_of(Z_FRESH0);
+    assert_eq!((ours.gen, ours.label_str().as_str()), (1, "zk"));
+    // Our fresh sets differ from dmzadm's only in superblock ids (and so the CRC).
+    assert_eq!(&Z_FRESH0[BLOCK..], &FRESH0[BLOCK..]);
+    assert_eq!(&Z_FRESH1[BLOCK..], &FRESH1[BLOCK..]);
+    for (bin, set) in [(Z_KERNEL0, 0), (Z_KERNEL1, 1)] {
+        let sb = sb_of(bin);
+        assert_eq!(sb.gen, 3, "the kernel committed twice");
+        assert_eq!(sb.set_uuid, ours.set_uuid);
+        assert_eq!(sb.dev_uuid, ours.dev_uuid);
+        assert_eq!(sb.label, ours.label);
+        let l = Layout::from_superblock(&sb, &zones, &geo).unwrap();
+        assert_eq!(sb.sb_block, l.set_start_block(set));
+        // The kernel rewrote the superblock with exactly our encoding.
+        assert_eq!(&sb.encode()[..], &bin[..BLOCK]);
+        let map = decode_map_block(&bin[BLOCK..2 * BLOCK]);
+        let dz: Vec<u32> = map[..4].iter().map(|e| e.dzone).collect();
+        assert_eq!(dz, vec![2, 3, 4, MAP_UNMAPPED]);
+    }
+    assert_eq!(&Z_KERNEL0[BLOCK..], &Z_KERNEL1[BLOCK..]);
+}
