@@ -1,0 +1,429 @@
+//! The I/O path, in 4 KiB blocks, one chunk at a time: reads by validity bits (zeros where
+//! nothing is valid), writes at a sequential zone's write pointer, in place in conventional
+//! zones, or into the chunk's buffer zone; discards by invalidation.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use parking_lot::MutexGuard;
+use zbd::ZoneOp;
+
+use crate::format::BLOCK;
+
+use super::commit::{self, log_op};
+use super::log::{Rec, NONE};
+use super::zones::Role;
+use super::{EngineError, Inner, State};
+
+const B: u64 = BLOCK as u64;
+
+fn check_range(inner: &Inner, offset: u64, len: u64) -> Result<(), EngineError> {
+    if offset % B != 0 || len % B != 0 {
+        return Err(EngineError::Invalid(format!(
+            "offset {offset} and length {len} must be multiples of 4096"
+        )));
+    }
+    let cap = inner.layout.exposed_bytes();
+    if offset.checked_add(len).is_none_or(|end| end > cap) {
+        return Err(EngineError::Invalid(format!(
+            "{len} bytes at {offset} go past the end of the device ({cap} bytes)"
+        )));
+    }
+    Ok(())
+}
+
+/// Split `[offset, offset + len)` at chunk ends: (chunk, first block in chunk, bytes, pos).
+fn split(inner: &Inner, offset: u64, len: u64) -> Vec<(u32, u32, usize, usize)> {
+    let zs = inner.geo.zone_size;
+    let mut out = Vec::new();
+    let mut off = offset;
+    let end = offset + len;
+    while off < end {
+        let n = (zs - off % zs).min(end - off);
+        out.push((
+            (off / zs) as u32,
+            ((off % zs) / B) as u32,
+            n as usize,
+            (off - offset) as usize,
+        ));
+        off += n;
+    }
+    out
+}
+
+pub(super) fn read(inner: &Inner, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+    check_range(inner, offset, buf.len() as u64)?;
+    for (chunk, b, n, pos) in split(inner, offset, buf.len() as u64) {
+        read_chunk(inner, chunk, b, &mut buf[pos..pos + n])?;
+    }
+    inner.stats.reads.fetch_add(1, Ordering::Relaxed);
+    inner
+        .stats
+        .read_bytes
+        .fetch_add(buf.len() as u64, Ordering::Relaxed);
+    Ok(())
+}
+
+fn read_chunk(inner: &Inner, chunk: u32, b: u32, buf: &mut [u8]) -> Result<(), EngineError> {
+    let _g = inner.chunk_lock(chunk).read();
+    let n = (buf.len() / BLOCK) as u32;
+    // Runs of (zone or NONE, first block, count).
+    let mut runs: Vec<(u32, u32, u32)> = Vec::new();
+    {
+        let mut st = inner.state.lock();
+        st.last_io = Instant::now();
+        let e = st.meta.map[chunk as usize];
+        if e.dzone == NONE {
+            buf.fill(0);
+            return Ok(());
+        }
+        let mut vd = Vec::with_capacity(n as usize);
+        st.meta.bits(&*inner.dev, e.dzone, b, n, &mut vd)?;
+        let mut vb = Vec::new();
+        if e.bzone != NONE {
+            st.meta.bits(&*inner.dev, e.bzone, b, n, &mut vb)?;
+        }
+        for i in 0..n {
+            let src = if vd[i as usize] {
+                e.dzone
+            } else if e.bzone != NONE && vb[i as usize] {
+                e.bzone
+            } else {
+                NONE
+            };
+            match runs.last_mut() {
+                Some(r) if r.0 == src && r.1 + r.2 == b + i => r.2 += 1,
+                _ => runs.push((src, b + i, 1)),
+            }
+        }
+        st.zones.touch(e.dzone);
+    }
+    for (zone, start, cnt) in runs {
+        let s = (start - b) as usize * BLOCK;
+        let d = &mut buf[s..s + cnt as usize * BLOCK];
+        if zone == NONE {
+            d.fill(0);
+        } else {
+            inner.dev.read_at(d, inner.zone_offset(zone, start))?;
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn write(inner: &Inner, offset: u64, buf: &[u8], fua: bool) -> Result<(), EngineError> {
+    check_range(inner, offset, buf.len() as u64)?;
+    inner.check_failed()?;
+    let mut last = 0;
+    for (chunk, b, n, pos) in split(inner, offset, buf.len() as u64) {
+        last = last.max(write_chunk(inner, chunk, b, &buf[pos..pos + n])?);
+    }
+    if fua {
+        inner.stats.fua.fetch_add(1, Ordering::Relaxed);
+        commit::flush(inner, false)?;
+    } else if last > 0 {
+        commit::log_sync(inner, last + 1, false, false)?;
+    }
+    inner.stats.writes.fetch_add(1, Ordering::Relaxed);
+    inner
+        .stats
+        .write_bytes
+        .fetch_add(buf.len() as u64, Ordering::Relaxed);
+    Ok(())
+}
+
+enum Step {
+    /// Blocks written, and the last record's sequence number.
+    Done(u32, u64),
+    /// Wait for a free zone (conventional only, or any).
+    NeedZone { conv_only: bool },
+    /// Make the log prove an earlier flush before overwriting in place (design.md).
+    NeedEvidence,
+}
+
+fn write_chunk(inner: &Inner, chunk: u32, mut b: u32, mut data: &[u8]) -> Result<u64, EngineError> {
+    let mut last = 0;
+    let deadline = Instant::now() + inner.opts.reclaim.wait_timeout;
+    while !data.is_empty() {
+        let step = {
+            let _g = inner.chunk_lock(chunk).write();
+            write_step(inner, chunk, b, data)?
+        };
+        match step {
+            Step::Done(n, seq) => {
+                last = seq;
+                b += n;
+                data = &data[n as usize * BLOCK..];
+            }
+            Step::NeedZone { conv_only } => wait_free(inner, conv_only, deadline)?,
+            Step::NeedEvidence => commit::flush(inner, true)?,
+        }
+    }
+    Ok(last)
+}
+
+/// Whether overwriting conventional zone `z` in place needs a durable proof that the
+/// records validating it were flushed (otherwise replay could not trust them).
+fn need_evidence(st: &State, z: u32) -> bool {
+    let ls = st.zones.z[z as usize].last_seq;
+    ls != 0 && ls >= st.log.evidence_seq.max(st.log.folded_seq) && ls < st.log.flushed_seq
+}
+
+/// Reset a sequential zone taken from the free pool if it still holds old data.
+fn reset_if_needed(
+    inner: &Inner,
+    st: &mut MutexGuard<'_, State>,
+    z: u32,
+) -> Result<(), EngineError> {
+    if st.zones.z[z as usize].seq && st.zones.z[z as usize].wp != 0 {
+        MutexGuard::unlocked(st, || inner.dev.zone_mgmt(ZoneOp::Reset, z))?;
+        st.zones.z[z as usize].wp = 0;
+    }
+    Ok(())
+}
+
+fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, EngineError> {
+    let zb = inner.zone_blocks;
+    let n = (data.len() / BLOCK) as u32;
+    let mut st = inner.state.lock();
+    st.last_io = Instant::now();
+    let e = st.meta.map[chunk as usize];
+    let mut dz = e.dzone;
+    let mut bz = e.bzone;
+    if dz == NONE {
+        let direct = b == 0 && inner.opts.direct_sequential;
+        let z = if direct {
+            st.zones
+                .alloc_seq(Role::Data, chunk)
+                .or_else(|| st.zones.alloc_conv(Role::Data, chunk))
+        } else {
+            st.zones.alloc_conv(Role::Data, chunk)
+        };
+        let Some(z) = z else {
+            return Ok(Step::NeedZone { conv_only: !direct });
+        };
+        reset_if_needed(inner, &mut st, z)?;
+        log_op(
+            inner,
+            &mut st,
+            &[Rec::Map {
+                chunk,
+                dzone: z,
+                bzone: NONE,
+            }],
+        )?;
+        if !st.zones.z[z as usize].seq {
+            drop(st);
+            inner.kick_reclaim_lazy();
+            st = inner.state.lock();
+        }
+        dz = z;
+    }
+    let dzi = st.zones.z[dz as usize];
+    if dzi.role == Role::ReadOnly {
+        return Err(EngineError::ReadOnly(format!("chunk {chunk} (zone {dz})")));
+    }
+    let (target, other, cnt) = if !dzi.seq {
+        (dz, NONE, n)
+    } else if b == dzi.wp {
+        (dz, bz, n.min(zb - b))
+    } else {
+        let cnt = if b < dzi.wp { n.min(dzi.wp - b) } else { n };
+        if bz == NONE {
+            let Some(z) = st.zones.alloc_conv(Role::Buffer, chunk) else {
+                return Ok(Step::NeedZone { conv_only: true });
+            };
+            log_op(
+                inner,
+                &mut st,
+                &[Rec::Map {
+                    chunk,
+                    dzone: dz,
+                    bzone: z,
+                }],
+            )?;
+            drop(st);
+            inner.kick_reclaim_lazy();
+            st = inner.state.lock();
+            bz = z;
+        }
+        (bz, dz, cnt)
+    };
+    if !st.zones.z[target as usize].seq && need_evidence(&st, target) {
+        return Ok(Step::NeedEvidence);
+    }
+    st.zones.touch(target);
+    drop(st);
+
+    let bytes = &data[..cnt as usize * BLOCK];
+    let crc = crc32fast::hash(bytes);
+    if let Err(err) = inner.dev_write(bytes, inner.zone_offset(target, b)) {
+        if inner.geo.zone_size > 0 {
+            resync_wp(inner, target);
+        }
+        return Err(err.into());
+    }
+    let mut st = inner.state.lock();
+    if st.zones.z[target as usize].seq {
+        st.zones.z[target as usize].wp = b + cnt;
+    }
+    let seq = log_op(
+        inner,
+        &mut st,
+        &[Rec::Write {
+            zone: target,
+            block: b,
+            count: cnt,
+            crc,
+            other,
+        }],
+    )?;
+    let seq = put_chunk(inner, &mut st, chunk)?.unwrap_or(seq);
+    Ok(Step::Done(cnt, seq))
+}
+
+/// After a failed write: take the device's write pointer (blocks past it are not valid
+/// anyway: validity is only set after a write completes).
+fn resync_wp(inner: &Inner, zone: u32) {
+    if let Ok(r) = inner.dev.report_zones(zone, 1) {
+        if let Some(z) = r.first() {
+            if z.zone_type.is_sequential() {
+                let wp = if z.cond == zbd::ZoneCondition::Full {
+                    inner.zone_blocks
+                } else {
+                    ((z.wp - z.start) / B) as u32
+                };
+                inner.state.lock().zones.z[zone as usize].wp = wp;
+            }
+        }
+    }
+}
+
+/// Free the chunk's zones that hold no valid block any more (a buffer zone first, then a
+/// data zone without buffer). Returns the sequence number of the record if one was logged.
+pub(super) fn put_chunk(
+    inner: &Inner,
+    st: &mut MutexGuard<'_, State>,
+    chunk: u32,
+) -> Result<Option<u64>, EngineError> {
+    let e = st.meta.map[chunk as usize];
+    if e.dzone == NONE {
+        return Ok(None);
+    }
+    let mut recs = Vec::new();
+    let (mut dz, mut bz) = (e.dzone, e.bzone);
+    let freeable = |st: &State, z: u32| st.zones.z[z as usize].role != Role::ReadOnly;
+    if bz != NONE && st.zones.z[bz as usize].weight == 0 {
+        if freeable(st, bz) {
+            recs.push(Rec::Free { zone: bz });
+        }
+        bz = NONE;
+    }
+    if bz == NONE && st.zones.z[dz as usize].weight == 0 {
+        if freeable(st, dz) {
+            recs.push(Rec::Free { zone: dz });
+        }
+        dz = NONE;
+    }
+    if dz == e.dzone && bz == e.bzone {
+        return Ok(None);
+    }
+    recs.insert(
+        0,
+        Rec::Map {
+            chunk,
+            dzone: dz,
+            bzone: bz,
+        },
+    );
+    Ok(Some(log_op(inner, st, &recs)?))
+}
+
+/// Wait for a free zone: flush to release zones whose Free records are not durable yet,
+/// then wait on the condvar reclaim signals. ENOSPC when reclaim finishes a full pass
+/// without freeing anything, or at the deadline.
+fn wait_free(inner: &Inner, conv_only: bool, deadline: Instant) -> Result<(), EngineError> {
+    let have = |st: &State| {
+        !st.zones.free_conv.is_empty() || (!conv_only && !st.zones.free_seq.is_empty())
+    };
+    let mut st = inner.state.lock();
+    let mut pass0: Option<u64> = None;
+    loop {
+        inner.check_failed()?;
+        if have(&st) {
+            return Ok(());
+        }
+        if !st.zones.pending_free.is_empty() {
+            drop(st);
+            commit::flush(inner, false)?;
+            st = inner.state.lock();
+            continue;
+        }
+        let nospace = || {
+            EngineError::NoSpace(format!(
+                "no free {} zone and reclaim cannot free one",
+                if conv_only { "conventional" } else { "" }
+            ))
+        };
+        if !inner.opts.reclaim.enabled || Instant::now() >= deadline {
+            return Err(nospace());
+        }
+        match pass0 {
+            None => pass0 = Some(st.reclaim_passes),
+            // A whole pass that started after we asked found nothing to free.
+            Some(p) if st.reclaim_passes >= p + 2 && !st.reclaim_last_progress => {
+                return Err(nospace())
+            }
+            _ => {}
+        }
+        st.waiters += 1;
+        drop(st);
+        inner.kick_reclaim();
+        st = inner.state.lock();
+        if !have(&st) && st.zones.pending_free.is_empty() {
+            inner.free_cv.wait_until(&mut st, deadline);
+        }
+        st.waiters -= 1;
+    }
+}
+
+pub(super) fn discard(inner: &Inner, offset: u64, len: u64) -> Result<(), EngineError> {
+    check_range(inner, offset, len)?;
+    inner.check_failed()?;
+    let mut last = 0;
+    for (chunk, b, n, _) in split(inner, offset, len) {
+        let _g = inner.chunk_lock(chunk).write();
+        let mut st = inner.state.lock();
+        st.last_io = Instant::now();
+        let e = st.meta.map[chunk as usize];
+        if e.dzone == NONE {
+            continue;
+        }
+        for z in [e.dzone, e.bzone] {
+            if z != NONE && st.zones.z[z as usize].role == Role::ReadOnly {
+                return Err(EngineError::ReadOnly(format!("chunk {chunk} (zone {z})")));
+            }
+        }
+        let cnt = (n / BLOCK) as u32;
+        let mut recs = vec![Rec::Invalidate {
+            zone: e.dzone,
+            block: b,
+            count: cnt,
+        }];
+        if e.bzone != NONE {
+            recs.push(Rec::Invalidate {
+                zone: e.bzone,
+                block: b,
+                count: cnt,
+            });
+        }
+        last = last.max(log_op(inner, &mut st, &recs)?);
+        if let Some(s) = put_chunk(inner, &mut st, chunk)? {
+            last = last.max(s);
+        }
+    }
+    if last > 0 {
+        commit::log_sync(inner, last + 1, false, false)?;
+    }
+    inner.stats.discards.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}

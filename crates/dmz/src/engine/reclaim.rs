@@ -1,0 +1,526 @@
+//! Reclaim (garbage collection): merge a buffer zone into its data zone, merge both into a
+//! fresh sequential zone, fold the data zone into its buffer, or move a conventional data
+//! zone into a sequential one. Victims are chosen by valid blocks (greedy) or, for the
+//! baseline, oldest conventional zone first like dm-zoned.
+//!
+//! The thread sleeps on a condvar: woken by an explicit trigger, by a writer waiting for a
+//! zone, by new reclaimable zones, and (only while something is reclaimable) by the idle
+//! deadline. A pass that frees nothing leaves it asleep until something changes.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use tracing::{debug, warn};
+use zbd::ZoneOp;
+
+use crate::format::{MapEntry, BLOCK};
+
+use super::commit::{self, log_op};
+use super::log::{Rec, NONE};
+use super::zones::Role;
+use super::{EngineError, Inner, State};
+
+/// How reclaim picks its victims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum VictimPolicy {
+    /// Fewest blocks to copy per zone freed first.
+    Greedy,
+    /// dm-zoned: the least recently used conventional data zone first, then the buffered
+    /// chunk with the heaviest data zone.
+    DmZonedOldestFirst,
+}
+
+/// Reclaim tuning.
+#[derive(Debug, Clone)]
+pub struct ReclaimOptions {
+    pub enabled: bool,
+    pub policy: VictimPolicy,
+    /// Busy reclaim starts when free conventional zones fall to this percentage of the
+    /// conventional data zones...
+    pub low_free_pct: u64,
+    /// ...and stops when they are back above this one.
+    pub high_free_pct: u64,
+    /// Reclaim everything reclaimable after this long without user I/O.
+    pub idle_period: Duration,
+    /// Victims reclaimed at once (jobs on the executor).
+    pub parallel: usize,
+    /// Longest a writer waits for a free zone before ENOSPC.
+    pub wait_timeout: Duration,
+    /// Pause after each 1 MiB copied while user I/O is active and nobody waits for a zone.
+    pub throttle: Duration,
+}
+
+impl Default for ReclaimOptions {
+    fn default() -> Self {
+        ReclaimOptions {
+            enabled: true,
+            policy: VictimPolicy::Greedy,
+            low_free_pct: 30,
+            high_free_pct: 50,
+            idle_period: Duration::from_secs(10),
+            parallel: 1,
+            wait_timeout: Duration::from_secs(60),
+            throttle: Duration::from_micros(200),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A writer waits for a zone.
+    Urgent,
+    /// Below the low watermark.
+    Busy,
+    Idle,
+    /// trigger_reclaim().
+    Forced,
+}
+
+/// A candidate: the chunk, its mapping when chosen, and the estimated copy cost.
+#[derive(Debug, Clone, Copy)]
+struct Cand {
+    chunk: u32,
+    map: MapEntry,
+    cost: u64,
+    atime: u32,
+}
+
+fn free_pct(st: &State) -> u64 {
+    (st.zones.free_conv.len() as u64 * 100)
+        .checked_div(st.zones.nr_conv_data_zones as u64)
+        .unwrap_or(100)
+}
+
+/// Reclaimable chunks, best first for `policy`.
+fn candidates(st: &State, policy: VictimPolicy, allow_move: bool) -> Vec<Cand> {
+    let mut out = Vec::new();
+    for (chunk, e) in st.meta.map.iter().enumerate() {
+        if e.dzone == NONE {
+            continue;
+        }
+        let d = &st.zones.z[e.dzone as usize];
+        if d.role != Role::Data {
+            continue;
+        }
+        if e.bzone != NONE {
+            let bw = st.zones.z[e.bzone as usize].weight as u64;
+            out.push(Cand {
+                chunk: chunk as u32,
+                map: *e,
+                cost: bw + d.weight as u64,
+                atime: d.atime,
+            });
+        } else if !d.seq && allow_move {
+            out.push(Cand {
+                chunk: chunk as u32,
+                map: *e,
+                cost: d.weight as u64,
+                atime: d.atime,
+            });
+        }
+    }
+    match policy {
+        VictimPolicy::Greedy => out.sort_by_key(|c| (c.cost, c.atime)),
+        VictimPolicy::DmZonedOldestFirst => out.sort_by_key(|c| {
+            if c.map.bzone == NONE {
+                (0, c.atime as u64)
+            } else {
+                (1, u64::MAX - st.zones.z[c.map.dzone as usize].weight as u64)
+            }
+        }),
+    }
+    out
+}
+
+fn seq_available(st: &State, mode: Mode) -> bool {
+    !st.zones.free_seq.is_empty()
+        || (matches!(mode, Mode::Urgent | Mode::Busy | Mode::Forced)
+            && !st.zones.reserved.is_empty())
+}
+
+/// What reclaim should do now, and until when to sleep otherwise.
+fn evaluate(inner: &Inner, st: &State, busy: &mut bool) -> (Option<Mode>, Option<Instant>) {
+    if st.waiters > 0 {
+        return (Some(Mode::Urgent), None);
+    }
+    let pct = free_pct(st);
+    if pct <= inner.opts.reclaim.low_free_pct {
+        *busy = true;
+    } else if pct > inner.opts.reclaim.high_free_pct {
+        *busy = false;
+    }
+    let any = !candidates(st, inner.opts.reclaim.policy, seq_available(st, Mode::Idle)).is_empty();
+    if !any {
+        return (None, None);
+    }
+    if *busy {
+        return (Some(Mode::Busy), None);
+    }
+    let due = st.last_io + inner.opts.reclaim.idle_period;
+    if Instant::now() >= due {
+        (Some(Mode::Idle), None)
+    } else {
+        (None, Some(due))
+    }
+}
+
+pub(super) fn reclaim_thread(inner: &Arc<Inner>) {
+    let mut busy = false;
+    // After a pass that freed nothing, wait for a change rather than retry at once.
+    let mut stuck = false;
+    loop {
+        let (need, due) = {
+            let st = inner.state.lock();
+            evaluate(inner, &st, &mut busy)
+        };
+        let mode;
+        {
+            let mut bg = inner.bg.lock();
+            if bg.stop {
+                bg.reclaim_running = false;
+                inner.idle_cv.notify_all();
+                return;
+            }
+            if bg.reclaim_kick != bg.reclaim_seen {
+                bg.reclaim_seen = bg.reclaim_kick;
+                mode = if need == Some(Mode::Urgent) {
+                    Mode::Urgent
+                } else {
+                    Mode::Forced
+                };
+            } else if bg.reclaim_hint {
+                bg.reclaim_hint = false;
+                stuck = false;
+                continue;
+            } else if let Some(m) = need.filter(|_| !stuck) {
+                mode = m;
+            } else {
+                bg.reclaim_running = false;
+                inner.idle_cv.notify_all();
+                match due.filter(|_| !stuck) {
+                    Some(t) => {
+                        inner.reclaim_cv.wait_until(&mut bg, t);
+                    }
+                    None => inner.reclaim_cv.wait(&mut bg),
+                }
+                continue;
+            }
+            bg.reclaim_running = true;
+        }
+        let progress = match run_pass(inner, mode) {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(error = %e, "reclaim failed");
+                false
+            }
+        };
+        stuck = !progress;
+        {
+            let mut st = inner.state.lock();
+            st.reclaim_passes += 1;
+            st.reclaim_last_progress = progress;
+        }
+        inner.free_cv.notify_all();
+    }
+}
+
+/// One pass: reclaim victims until the mode's goal is met. Returns whether any zone was
+/// freed.
+fn run_pass(inner: &Arc<Inner>, mode: Mode) -> Result<bool, EngineError> {
+    let start = Instant::now();
+    let mut progress = false;
+    loop {
+        if inner.bg.lock().stop || inner.check_failed().is_err() {
+            return Ok(progress);
+        }
+        let cands = {
+            let st = inner.state.lock();
+            let goal_met = match mode {
+                Mode::Urgent => st.waiters == 0 && progress,
+                Mode::Busy => free_pct(&st) > inner.opts.reclaim.high_free_pct,
+                Mode::Idle => st.last_io > start,
+                Mode::Forced => false,
+            };
+            if goal_met {
+                return Ok(progress);
+            }
+            candidates(&st, inner.opts.reclaim.policy, seq_available(&st, mode))
+        };
+        if cands.is_empty() {
+            return Ok(progress);
+        }
+        let n = inner.opts.reclaim.parallel.max(1);
+        let done = if n == 1 {
+            let mut done = false;
+            for c in &cands {
+                if reclaim_one(inner, *c, mode)? {
+                    done = true;
+                    break;
+                }
+            }
+            done
+        } else {
+            run_parallel(inner, &cands[..cands.len().min(n)], mode)
+        };
+        if !done {
+            return Ok(progress);
+        }
+        progress = true;
+        // Make the freed zones reusable and wake writers waiting for them.
+        commit::flush(inner, false)?;
+        inner.free_cv.notify_all();
+    }
+}
+
+/// Reclaim several victims at once on the executor; true if any was reclaimed.
+fn run_parallel(inner: &Arc<Inner>, cands: &[Cand], mode: Mode) -> bool {
+    let latch = Arc::new((Mutex::new((cands.len(), false)), Condvar::new()));
+    for c in cands {
+        let (i, l, c) = (inner.clone(), latch.clone(), *c);
+        inner.executor.execute(
+            c.chunk as u64,
+            Box::new(move || {
+                let ok = match reclaim_one(&i, c, mode) {
+                    Ok(ok) => ok,
+                    Err(e) => {
+                        warn!(error = %e, "reclaim job failed");
+                        false
+                    }
+                };
+                let mut g = l.0.lock();
+                g.0 -= 1;
+                g.1 |= ok;
+                l.1.notify_all();
+            }),
+        );
+    }
+    let mut g = latch.0.lock();
+    while g.0 > 0 {
+        latch.1.wait(&mut g);
+    }
+    g.1
+}
+
+/// Where the destination's blocks come from: runs of (first dst block, count, source zone
+/// or NONE for zeros).
+type Runs = Vec<(u32, u32, u32)>;
+
+fn push_run(runs: &mut Runs, b: u32, src: u32) {
+    match runs.last_mut() {
+        Some(r) if r.2 == src && r.0 + r.1 == b => r.1 += 1,
+        _ => runs.push((b, 1, src)),
+    }
+}
+
+/// Reclaim one chunk if its lock is free and its mapping unchanged. True if zones were
+/// freed.
+fn reclaim_one(inner: &Arc<Inner>, c: Cand, mode: Mode) -> Result<bool, EngineError> {
+    let Some(_g) = inner.chunk_lock(c.chunk).try_write() else {
+        return Ok(false);
+    };
+    let dev = &*inner.dev;
+    let zb = inner.zone_blocks;
+    let mut st = inner.state.lock();
+    let e = st.meta.map[c.chunk as usize];
+    if e != c.map || e.dzone == NONE {
+        return Ok(false);
+    }
+    let (dz, bz) = (e.dzone, e.bzone);
+    let dzi = st.zones.z[dz as usize];
+    let mut vd = Vec::with_capacity(zb as usize);
+    st.meta.bits(dev, dz, 0, zb, &mut vd)?;
+    let mut vb = Vec::new();
+    if bz != NONE {
+        st.meta.bits(dev, bz, 0, zb, &mut vb)?;
+    }
+    let last_valid = |v: &[bool]| v.iter().rposition(|&x| x).map(|i| i as u32);
+    let mut runs: Runs = Vec::new();
+    let (dst, srcs, newmap, dst_seq);
+    if bz != NONE {
+        let below_wp = vb[..dzi.wp as usize].iter().any(|&x| x);
+        if !below_wp && dzi.wp < zb {
+            // Buffer into data: append the buffer's blocks after the write pointer.
+            if let Some(l) = last_valid(&vb) {
+                for b in dzi.wp..=l {
+                    push_run(&mut runs, b, if vb[b as usize] { bz } else { NONE });
+                }
+            }
+            dst = dz;
+            srcs = vec![bz];
+            newmap = (dz, NONE);
+            dst_seq = true;
+        } else if seq_available(&st, mode) {
+            // Both into a fresh sequential zone.
+            let Some(s) = st.zones.alloc_seq_reclaim(c.chunk) else {
+                return Ok(false);
+            };
+            let l = last_valid(&vb).max(last_valid(&vd));
+            if let Some(l) = l {
+                for b in 0..=l {
+                    let src = if vb[b as usize] {
+                        bz
+                    } else if vd[b as usize] {
+                        dz
+                    } else {
+                        NONE
+                    };
+                    push_run(&mut runs, b, src);
+                }
+            }
+            dst = s;
+            srcs = vec![dz, bz];
+            newmap = (s, NONE);
+            dst_seq = true;
+        } else {
+            // Data into buffer (conventional, in place), like dm-zoned.
+            for b in 0..zb {
+                if vd[b as usize] {
+                    push_run(&mut runs, b, dz);
+                }
+            }
+            dst = bz;
+            srcs = vec![dz];
+            newmap = (bz, NONE);
+            dst_seq = false;
+        }
+    } else if !dzi.seq && seq_available(&st, mode) {
+        let Some(s) = st.zones.alloc_seq_reclaim(c.chunk) else {
+            return Ok(false);
+        };
+        if let Some(l) = last_valid(&vd) {
+            for b in 0..=l {
+                push_run(&mut runs, b, if vd[b as usize] { dz } else { NONE });
+            }
+        }
+        dst = s;
+        srcs = vec![dz];
+        newmap = (s, NONE);
+        dst_seq = true;
+    } else {
+        return Ok(false);
+    }
+    let fresh = dst != dz && dst != bz;
+    if fresh && st.zones.z[dst as usize].wp != 0 {
+        MutexGuard::unlocked(&mut st, || dev.zone_mgmt(ZoneOp::Reset, dst))?;
+        st.zones.z[dst as usize].wp = 0;
+    }
+    drop(st);
+
+    let copied = match copy(inner, dst, dst_seq, &runs, mode) {
+        Ok(n) => n,
+        Err(err) => {
+            // Give a fresh destination back; its Free record keeps replay consistent.
+            let mut st = inner.state.lock();
+            if fresh {
+                let _ = log_op(inner, &mut st, &[Rec::Free { zone: dst }]);
+            }
+            return Err(err);
+        }
+    };
+    // The copies must be durable before the record that points at them.
+    dev.flush()?;
+    let mut st = inner.state.lock();
+    if dst_seq {
+        if let Some(r) = runs.last() {
+            st.zones.z[dst as usize].wp = r.0 + r.1;
+        }
+    }
+    log_op(
+        inner,
+        &mut st,
+        &[Rec::Reclaim {
+            chunk: c.chunk,
+            dst,
+            srcs: srcs.clone(),
+            dzone: newmap.0,
+            bzone: newmap.1,
+        }],
+    )?;
+    let zi = &mut st.zones.z[dst as usize];
+    zi.role = Role::Data;
+    zi.chunk = c.chunk;
+    super::io::put_chunk(inner, &mut st, c.chunk)?;
+    drop(st);
+    inner.stats.reclaim_zones.fetch_add(1, Ordering::Relaxed);
+    inner
+        .stats
+        .reclaim_blocks
+        .fetch_add(copied, Ordering::Relaxed);
+    debug!(chunk = c.chunk, dst, ?srcs, copied, ?mode, "reclaimed");
+    Ok(true)
+}
+
+/// Copy the runs into `dst` in batches of up to 1 MiB (zeros for holes of a sequential
+/// destination). Returns the blocks written.
+fn copy(
+    inner: &Inner,
+    dst: u32,
+    dst_seq: bool,
+    runs: &Runs,
+    mode: Mode,
+) -> Result<u64, EngineError> {
+    const BATCH: u32 = 256;
+    let dev = &*inner.dev;
+    let mut buf = vec![0u8; BATCH as usize * BLOCK];
+    let mut written = 0u64;
+    inner.stats.reclaim_progress.store(0, Ordering::Relaxed);
+    // Pieces of at most BATCH blocks, never crossing a run.
+    let mut pieces: Vec<(u32, u32, u32)> = Vec::new();
+    for &(start, len, src) in runs {
+        if src == NONE && !dst_seq {
+            continue;
+        }
+        let mut o = 0;
+        while o < len {
+            let n = (len - o).min(BATCH);
+            pieces.push((start + o, n, src));
+            o += n;
+        }
+    }
+    let mut i = 0;
+    while i < pieces.len() {
+        // Group contiguous pieces into one write.
+        let first = pieces[i].0;
+        let mut used = 0u32;
+        let mut j = i;
+        while j < pieces.len() && pieces[j].0 == first + used && used + pieces[j].1 <= BATCH {
+            let (b, n, src) = pieces[j];
+            let d = &mut buf[used as usize * BLOCK..(used + n) as usize * BLOCK];
+            if src == NONE {
+                d.fill(0);
+            } else {
+                dev.read_at(d, inner.zone_offset(src, b))?;
+            }
+            used += n;
+            j += 1;
+        }
+        inner.dev_write(&buf[..used as usize * BLOCK], inner.zone_offset(dst, first))?;
+        written += used as u64;
+        inner
+            .stats
+            .reclaim_progress
+            .store(written, Ordering::Relaxed);
+        i = j;
+        if mode != Mode::Urgent && !inner.opts.reclaim.throttle.is_zero() {
+            let recent = inner.state.lock().last_io.elapsed() < Duration::from_millis(50);
+            if recent {
+                std::thread::sleep(inner.opts.reclaim.throttle);
+            }
+        }
+    }
+    Ok(written)
+}
+
+/// Wait until reclaim has handled every trigger so far and is asleep.
+pub(super) fn wait_idle(inner: &Inner) {
+    if !inner.opts.reclaim.enabled {
+        return;
+    }
+    let mut bg = inner.bg.lock();
+    let target = bg.reclaim_kick;
+    while !bg.stop && (bg.reclaim_running || bg.reclaim_seen < target) {
+        inner.idle_cv.wait(&mut bg);
+    }
+}

@@ -1,0 +1,210 @@
+//! The zone table: what each zone is used for, its write pointer and weight, and the free
+//! pools the allocator draws from.
+
+use std::collections::VecDeque;
+
+use zbd::{Zone, ZoneCondition};
+
+/// What a zone is used for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    Meta,
+    Free,
+    /// Sequential zone kept for reclaim destinations.
+    Reserved,
+    /// Freed, but the record saying so may not be durable yet: not reusable until a flush.
+    PendingFree,
+    Data,
+    Buffer,
+    Offline,
+    ReadOnly,
+    /// Runt or otherwise unusable.
+    Unusable,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ZoneInfo {
+    pub role: Role,
+    pub seq: bool,
+    /// Write pointer, in blocks from the zone start (sequential zones).
+    pub wp: u32,
+    /// Valid blocks.
+    pub weight: u32,
+    /// Owning chunk for Data/Buffer.
+    pub chunk: u32,
+    /// Last access (logical clock), for the oldest-first policy.
+    pub atime: u32,
+    /// Sequence number of the last log record that validated blocks here.
+    pub last_seq: u64,
+}
+
+pub(super) struct Zones {
+    pub z: Vec<ZoneInfo>,
+    pub zone_blocks: u32,
+    pub free_conv: VecDeque<u32>,
+    pub free_seq: VecDeque<u32>,
+    pub reserved: Vec<u32>,
+    pub nr_reserved: u32,
+    /// (zone, sequence number of its Free record).
+    pub pending_free: Vec<(u32, u64)>,
+    pub nr_conv_data_zones: u32,
+    pub clock: u32,
+}
+
+impl Zones {
+    pub fn from_report(report: &[Zone], zone_size: u64, nr_reserved: u32) -> Zones {
+        let zone_blocks = (zone_size / 4096) as u32;
+        let z = report
+            .iter()
+            .map(|r| {
+                let seq = r.zone_type.is_sequential();
+                let role = match r.cond {
+                    ZoneCondition::Offline => Role::Offline,
+                    ZoneCondition::ReadOnly => Role::ReadOnly,
+                    _ if r.len != zone_size || r.capacity != zone_size => Role::Unusable,
+                    _ => Role::Free,
+                };
+                let wp = if seq {
+                    if r.cond == ZoneCondition::Full {
+                        zone_blocks
+                    } else {
+                        ((r.wp - r.start) / 4096) as u32
+                    }
+                } else {
+                    0
+                };
+                ZoneInfo {
+                    role,
+                    seq,
+                    wp,
+                    weight: 0,
+                    chunk: u32::MAX,
+                    atime: 0,
+                    last_seq: 0,
+                }
+            })
+            .collect();
+        Zones {
+            z,
+            zone_blocks,
+            free_conv: VecDeque::new(),
+            free_seq: VecDeque::new(),
+            reserved: Vec::new(),
+            nr_reserved,
+            pending_free: Vec::new(),
+            nr_conv_data_zones: 0,
+            clock: 0,
+        }
+    }
+
+    /// Build the free pools from the roles (after load): the first `nr_reserved` free
+    /// sequential zones are reserved for reclaim.
+    pub fn build_pools(&mut self) {
+        self.free_conv.clear();
+        self.free_seq.clear();
+        self.reserved.clear();
+        self.nr_conv_data_zones = 0;
+        for id in 0..self.z.len() as u32 {
+            let zi = &mut self.z[id as usize];
+            if !zi.seq && !matches!(zi.role, Role::Meta | Role::Offline | Role::Unusable) {
+                self.nr_conv_data_zones += 1;
+            }
+            if zi.role != Role::Free {
+                continue;
+            }
+            if zi.seq {
+                if (self.reserved.len() as u32) < self.nr_reserved {
+                    zi.role = Role::Reserved;
+                    self.reserved.push(id);
+                } else {
+                    self.free_seq.push_back(id);
+                }
+            } else {
+                self.free_conv.push_back(id);
+            }
+        }
+    }
+
+    pub fn touch(&mut self, zone: u32) {
+        self.clock = self.clock.wrapping_add(1);
+        self.z[zone as usize].atime = self.clock;
+    }
+
+    fn take(&mut self, zone: u32, role: Role, chunk: u32) -> u32 {
+        let zi = &mut self.z[zone as usize];
+        zi.role = role;
+        zi.chunk = chunk;
+        self.touch(zone);
+        zone
+    }
+
+    pub fn alloc_conv(&mut self, role: Role, chunk: u32) -> Option<u32> {
+        let z = self.free_conv.pop_front()?;
+        Some(self.take(z, role, chunk))
+    }
+
+    pub fn alloc_seq(&mut self, role: Role, chunk: u32) -> Option<u32> {
+        let z = self.free_seq.pop_front()?;
+        Some(self.take(z, role, chunk))
+    }
+
+    /// A sequential destination for reclaim: a free one, else a reserved one.
+    pub fn alloc_seq_reclaim(&mut self, chunk: u32) -> Option<u32> {
+        let z = self.free_seq.pop_front().or_else(|| self.reserved.pop())?;
+        Some(self.take(z, Role::Data, chunk))
+    }
+
+    /// The zone's Free record has sequence number `seq`: reusable once that is durable.
+    pub fn release(&mut self, zone: u32, seq: u64) {
+        let zi = &mut self.z[zone as usize];
+        zi.role = Role::PendingFree;
+        zi.chunk = u32::MAX;
+        zi.weight = 0;
+        self.pending_free.push((zone, seq));
+    }
+
+    /// Pending frees whose records are below `written_seq` (they will be durable after the
+    /// next device flush).
+    pub fn flushable_frees(&self, written_seq: u64) -> Vec<u32> {
+        self.pending_free
+            .iter()
+            .filter(|(_, s)| *s < written_seq)
+            .map(|(z, _)| *z)
+            .collect()
+    }
+
+    /// Make `zones` allocatable (their Free records are durable). Returns how many.
+    pub fn promote(&mut self, zones: &[u32]) -> usize {
+        let mut n = 0;
+        for &zone in zones {
+            if let Some(i) = self.pending_free.iter().position(|(z, _)| *z == zone) {
+                self.pending_free.swap_remove(i);
+            } else {
+                continue;
+            }
+            let zi = &mut self.z[zone as usize];
+            if zi.role != Role::PendingFree {
+                continue;
+            }
+            n += 1;
+            if zi.seq {
+                if (self.reserved.len() as u32) < self.nr_reserved {
+                    zi.role = Role::Reserved;
+                    self.reserved.push(zone);
+                } else {
+                    zi.role = Role::Free;
+                    self.free_seq.push_back(zone);
+                }
+            } else {
+                zi.role = Role::Free;
+                self.free_conv.push_back(zone);
+            }
+        }
+        n
+    }
+
+    /// Zones per role, for stats.
+    pub fn count(&self, role: Role) -> u64 {
+        self.z.iter().filter(|z| z.role == role).count() as u64
+    }
+}

@@ -1,0 +1,107 @@
+//! Basic engine behaviour: round trips, zeros, discard, reopen, errors.
+
+mod engine_util;
+
+use std::sync::Arc;
+
+use engine_util::*;
+use zbd::ZonedDevice;
+
+#[test]
+fn write_read_reopen() {
+    let dev = formatted_mem(1024, 32, 8, 2);
+    let e = open(dev.clone(), test_opts());
+    let cs = e.chunk_size();
+    assert_eq!(cs, 1 << 20);
+    assert!(e.capacity() >= 20 * cs);
+    let mut w = vec![0u8; 3 * BS];
+    pattern(1, 0, &mut w);
+    // Aligned first write (sequential zone), unaligned first write (conventional zone),
+    // an overwrite (buffer), a write crossing a chunk end.
+    e.write(0, &w, false).unwrap();
+    e.write(cs + 5 * BS as u64, &w, false).unwrap();
+    e.write(BS as u64, &w[..BS], false).unwrap();
+    e.write(2 * cs - BS as u64, &w[..2 * BS], false).unwrap();
+    let mut r = vec![0u8; 3 * BS];
+    e.read(0, &mut r).unwrap();
+    assert_eq!(&r[..BS], &w[..BS]);
+    assert_eq!(&r[BS..2 * BS], &w[..BS]);
+    assert_eq!(&r[2 * BS..], &w[2 * BS..]);
+    e.read(3 * cs, &mut r).unwrap();
+    assert!(r.iter().all(|&b| b == 0), "never written reads zeros");
+    e.discard(0, BS as u64).unwrap();
+    e.read(0, &mut r[..BS]).unwrap();
+    assert!(r[..BS].iter().all(|&b| b == 0), "discarded reads zeros");
+    let s = e.stats();
+    assert!(s.zones_buffer >= 1, "{s:?}");
+    e.close().unwrap();
+
+    let e = open(dev.clone(), test_opts());
+    let mut r = vec![0u8; 2 * BS];
+    e.read(BS as u64, &mut r).unwrap();
+    assert_eq!(&r[..BS], &w[..BS]);
+    assert_eq!(&r[BS..], &w[2 * BS..]);
+    e.read(2 * cs - BS as u64, &mut r).unwrap();
+    assert_eq!(&r[..], &w[..2 * BS]);
+    e.read(cs + 5 * BS as u64, &mut r).unwrap();
+    assert_eq!(&r[..], &w[..2 * BS]);
+    e.close().unwrap();
+}
+
+#[test]
+fn bad_requests_are_einval() {
+    let dev = formatted_mem(1024, 16, 6, 1);
+    let e = open(dev, test_opts());
+    let mut b = vec![0u8; BS];
+    assert_eq!(e.read(1, &mut b).unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(
+        e.write(0, &b[..100], false).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert_eq!(
+        e.write(e.capacity(), &b, false).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    e.close().unwrap();
+}
+
+#[test]
+fn whole_chunk_discard_frees_zones() {
+    let dev = formatted_mem(1024, 16, 6, 1);
+    let e = open(dev, test_opts());
+    let free0 = e.stats().zones_free;
+    let mut w = vec![0u8; 256 * BS];
+    pattern(2, 0, &mut w);
+    e.write(0, &w, false).unwrap();
+    e.write(e.chunk_size(), &w[..BS], false).unwrap();
+    e.discard(0, 2 * e.chunk_size()).unwrap();
+    e.flush().unwrap();
+    let s = e.stats();
+    assert_eq!(s.chunks_mapped, 0);
+    assert_eq!(s.zones_free, free0, "{s:?}");
+    e.close().unwrap();
+}
+
+#[test]
+fn daemon_crash_keeps_acknowledged_writes_without_flush() {
+    let dev = formatted_mem(1024, 32, 8, 2);
+    let e = open(dev.clone(), test_opts());
+    let mut w = vec![0u8; 8 * BS];
+    for i in 0..40u64 {
+        pattern(i, i * 8, &mut w);
+        let off = (i * 37 % 200) * BS as u64 * 8 % (e.capacity() - 8 * BS as u64);
+        e.write(off / BS as u64 * BS as u64, &w, false).unwrap();
+    }
+    let snap = Arc::new(dev.snapshot());
+    let mut model = vec![0u8; e.capacity() as usize];
+    e.read(0, &mut model).unwrap();
+    e.crash_for_test();
+    let e2 = open(snap as Arc<dyn ZonedDevice>, test_opts());
+    let mut got = vec![0u8; e2.capacity() as usize];
+    e2.read(0, &mut got).unwrap();
+    assert!(
+        got == model,
+        "acknowledged writes lost after a daemon crash"
+    );
+    e2.close().unwrap();
+}
