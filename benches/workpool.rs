@@ -32,6 +32,8 @@ trait Target: Send + Sync {
     fn wait_idle(&self);
     /// (wakeups issued, wakeups that found nothing)
     fn wakeups(&self) -> (u64, u64);
+    /// Worker threads alive.
+    fn threads(&self) -> usize;
 }
 
 impl Target for Pool {
@@ -44,6 +46,9 @@ impl Target for Pool {
     fn wakeups(&self) -> (u64, u64) {
         let s = self.stats();
         (s.wakeups_issued, s.wakeups_empty)
+    }
+    fn threads(&self) -> usize {
+        self.stats().workers
     }
 }
 
@@ -134,6 +139,9 @@ impl Target for NaivePool {
             self.shared.empty.load(Ordering::Relaxed),
         )
     }
+    fn threads(&self) -> usize {
+        self.threads.len()
+    }
 }
 
 impl Drop for NaivePool {
@@ -189,6 +197,7 @@ struct Run {
     works: u64,
     wakeups: u64,
     empty: u64,
+    threads: usize,
 }
 
 fn median(mut runs: Vec<Run>) -> Run {
@@ -210,6 +219,7 @@ fn measure(target: &dyn Target, works: u64, body: impl FnOnce()) -> Run {
         works,
         wakeups: w1 - w0,
         empty: e1 - e0,
+        threads: target.threads(),
     }
 }
 
@@ -278,8 +288,8 @@ fn short_works(cpus: &[usize]) {
         cpus.len()
     );
     println!(
-        "{:<10} {:<12} {:>12} {:>10} {:>12} {:>12} {:>10}",
-        "pattern", "pool", "works/s", "us/work", "wakeups/wk", "empty/wk", "cpu us/wk"
+        "{:<10} {:<12} {:>12} {:>10} {:>12} {:>12} {:>10} {:>8}",
+        "pattern", "pool", "works/s", "us/work", "wakeups/wk", "empty/wk", "cpu us/wk", "threads"
     );
     type Make = fn() -> Arc<dyn Target>;
     let targets: [(&str, Make); 3] = [
@@ -306,7 +316,7 @@ fn short_works(cpus: &[usize]) {
             let r = median(runs);
             let n = r.works as f64;
             println!(
-                "{:<10} {:<12} {:>12.0} {:>10.2} {:>12.3} {:>12.3} {:>10.2}",
+                "{:<10} {:<12} {:>12.0} {:>10.2} {:>12.3} {:>12.3} {:>10.2} {:>8}",
                 pattern,
                 name,
                 n / r.wall.as_secs_f64(),
@@ -314,6 +324,7 @@ fn short_works(cpus: &[usize]) {
                 r.wakeups as f64 / n,
                 r.empty as f64 / n,
                 r.cpu.as_secs_f64() * 1e6 / n,
+                r.threads,
             );
         }
     }

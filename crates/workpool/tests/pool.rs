@@ -237,8 +237,9 @@ fn ping_pong_never_loses_a_wakeup() {
             assert_eq!(rx.recv().unwrap(), i);
         }
         let s = pool.stats();
-        // Each wake leads to a work taken, or is counted as empty.
-        assert!(s.wakeups_issued <= s.works_run + s.wakeups_empty);
+        // Each wake leads to a work taken or is counted as empty, but for the one wake per
+        // group that may still be in flight.
+        assert!(s.wakeups_issued <= s.works_run + s.wakeups_empty + s.groups as u64);
     });
 }
 
@@ -256,7 +257,12 @@ fn idle_pool_makes_zero_wakeups() {
         thread::sleep(Duration::from_millis(200));
         let after = pool.stats();
         assert_eq!(before.wakeups_issued, after.wakeups_issued, "{policy}");
-        assert_eq!(before.wakeups_empty, after.wakeups_empty, "{policy}");
+        // A wake issued while the pool was busy may land now and find nothing; at most one
+        // is in flight per group.
+        assert!(
+            after.wakeups_empty - before.wakeups_empty <= before.groups as u64,
+            "{policy}"
+        );
         assert_eq!(before.works_run, after.works_run, "{policy}");
         assert_eq!(after.active_now, 0);
     }
