@@ -331,15 +331,14 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
     };
     let result = frontend::device::serve(shared, opts, on_started, on_stopped);
     let outcome = result.as_ref().map(|_| ()).map_err(|e| e.to_string());
-    if let Some(server) = control.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        server.finish(&outcome);
-    }
     if let Ok(s) = &result {
         registry::remove(s.id);
-        if outcome.is_ok() {
-            let _ = std::fs::remove_file(registry::log_path(s.id));
-        }
+        let _ = std::fs::remove_file(registry::log_path(s.id));
         tracing::info!("ublk device {} removed", s.id);
+    }
+    // Last: a waiting `zonedd delete` returns once it reads this and the process exits.
+    if let Some(server) = control.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        server.finish(&outcome);
     }
     outcome
 }

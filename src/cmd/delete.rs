@@ -97,6 +97,9 @@ fn delete_one(id: u32, force: bool, timeout: Duration) -> Result<String, String>
             Ok(replies) => {
                 let last = replies.last().cloned().unwrap_or_default();
                 if last.get("done").is_some() {
+                    if !sys::wait_pid_exit(r.pid, timeout) {
+                        return Err(format!("device {id}: the daemon (pid {}) did not exit", r.pid));
+                    }
                     return Ok(format!("deleted {} (id {id})", r.bdev));
                 }
                 if let Some(e) = last.get("error").and_then(|e| e.as_str()) {

@@ -68,7 +68,9 @@ vm_step "delete"
 pid=$("$Z" list --json | json "[x for x in d if x['id']==$id][0]['pid']")
 "$Z" delete "$id"
 [ ! -e "$bdev" ] || vm_fail "$bdev still exists"
-if kill -0 "$pid" 2>/dev/null; then vm_fail "daemon $pid still running"; fi
+if [ -e "/proc/$pid" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status"; then
+    vm_fail "daemon $pid still running"
+fi
 [ ! -e "/run/zonedd/$id.sock" ] && [ ! -e "/run/zonedd/$id.json" ] || vm_fail "run files left"
 [ "$("$Z" list --json | json "len(d)")" = 0 ] || vm_fail "list not empty after delete"
 echo "ublk-cli: all checks passed"

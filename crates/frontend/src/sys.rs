@@ -3,6 +3,7 @@
 
 use crate::error::FrontendError;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
 
 pub const UBLK_CONTROL: &str = "/dev/ublk-control";
@@ -95,6 +96,27 @@ pub fn pid_alive(pid: u32) -> bool {
     }
 }
 
+/// Wait (without polling in a loop) until process `pid` has exited, at most `timeout`.
+/// True once it is gone (or a zombie).
+pub fn wait_pid_exit(pid: u32, timeout: std::time::Duration) -> bool {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return !pid_alive(pid);
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd for the duration of the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    n == 1 || !pid_alive(pid)
+}
+
 /// Ids of every ublk device on the system (from sysfs; empty without ublk_drv).
 pub fn ublk_ids() -> Vec<u32> {
     let mut v: Vec<u32> = std::fs::read_dir("/sys/class/ublk-char")
@@ -162,6 +184,16 @@ mod tests {
         let f = tempfile::NamedTempFile::new().unwrap();
         assert!(check_block_device_free(f.path()).is_ok());
         assert!(check_block_device_free(Path::new("/nonexistent/x")).is_ok());
+    }
+
+    #[test]
+    fn waits_for_a_process_to_exit() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        assert!(wait_pid_exit(pid, std::time::Duration::from_secs(10)));
+        // an unreaped child is a zombie: not alive
+        assert!(!pid_alive(pid));
+        child.wait().unwrap();
     }
 
     #[test]

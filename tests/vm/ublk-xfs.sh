@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# XFS on a zonedd device, for each kind of backend: a null_blk host-managed zoned disk, a
+# scsi_debug zbc=host-managed disk (like a SATA/SAS SMR drive) and an emulated SMR image,
+# plus the in-memory test target. For each: (format,) create, mkfs.xfs, mount, write a tree
+# of files and overwrite random ranges in them, sync, umount, remount, every checksum
+# matches, `xfs_repair -n` is clean, delete. A backend the build cannot serve yet (no engine)
+# is reported as SKIP, not as passed.
+# vm-timeout: 900
+# vm-memory: 4G
+set -euo pipefail
+source "$(dirname "$0")/lib/devices.sh"
+Z=$(zonedd_bin)
+modprobe ublk_drv
+modprobe xfs
+mnt=$VM_SCRATCH/mnt
+mkdir -p "$mnt"
+skipped=()
+
+workload() { # workload DIR: a tree of files, then random overwrites inside them
+    local dir=$1 i f size off len
+    RANDOM=7
+    for ((i = 0; i < 120; i++)); do
+        mkdir -p "$dir/d$((i % 7))/e$((i % 3))"
+        f=$dir/d$((i % 7))/e$((i % 3))/f$i
+        size=$(((RANDOM % 64 + 1) * 4096 + RANDOM % 4096))
+        head -c "$size" /dev/urandom >"$f"
+    done
+    for ((i = 0; i < 150; i++)); do
+        f=$dir/d$((RANDOM % 7))/e$((RANDOM % 3))/f$(((RANDOM % 40) * 3))
+        [ -f "$f" ] || continue
+        size=$(stat -c %s "$f")
+        off=$((RANDOM % size))
+        len=$((RANDOM % 20000 + 1))
+        head -c "$len" /dev/urandom |
+            dd of="$f" bs=64k iflag=fullblock oflag=seek_bytes seek="$off" conv=notrunc status=none
+    done
+    # a larger file, overwritten in its middle with O_DIRECT
+    head -c $((24 << 20)) /dev/urandom >"$dir/big"
+    dd if=/dev/urandom of="$dir/big" bs=64k seek=37 count=40 oflag=direct conv=notrunc status=none
+}
+
+sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
+
+run_xfs() { # run_xfs NAME BACKEND [--format]
+    local name=$1 backend=$2 fmt=${3:-} out bdev id
+    vm_step "$name: $backend"
+    if [ -n "$fmt" ]; then
+        if ! out=$("$Z" format "$backend" 2>&1); then
+            if grep -q "not implemented" <<<"$out"; then
+                echo "SKIP: $name: $out"
+                skipped+=("$name")
+                return 0
+            fi
+            echo "$out"
+            vm_fail "$name: zonedd format failed"
+        fi
+    fi
+    if ! out=$("$Z" create --backend "$backend" --queues 2 --depth 64 --label "xfs-$name" 2>&1); then
+        if grep -q "not available in this build" <<<"$out"; then
+            echo "SKIP: $name: $out"
+            skipped+=("$name")
+            return 0
+        fi
+        echo "$out"
+        vm_fail "$name: create failed"
+    fi
+    bdev=$(sed -n 1p <<<"$out")
+    id=$(sed -n 's/^id //p' <<<"$out")
+    echo "$name: $bdev (id $id), $(($(blockdev --getsize64 "$bdev") >> 20)) MiB"
+    mkfs.xfs -q -f "$bdev"
+    mount "$bdev" "$mnt"
+    workload "$mnt"
+    sync
+    sums "$mnt" >"$VM_SCRATCH/sums.$name"
+    umount "$mnt"
+    mount "$bdev" "$mnt"
+    sums "$mnt" | cmp - "$VM_SCRATCH/sums.$name" || vm_fail "$name: checksums differ after remount"
+    umount "$mnt"
+    xfs_repair -n "$bdev" >"$VM_SCRATCH/repair.$name" 2>&1 || {
+        cat "$VM_SCRATCH/repair.$name"
+        vm_fail "$name: xfs_repair -n found problems"
+    }
+    "$Z" delete "$id"
+    [ ! -e "$bdev" ] || vm_fail "$name: $bdev still exists after delete"
+    echo "ok: $name ($(wc -l <"$VM_SCRATCH/sums.$name") files verified)"
+}
+
+run_xfs mem mem:512M
+
+nullb=$(make_nullb nullb0 1024 16 8)
+run_xfs null_blk "$nullb" --format
+remove_nullb "$nullb"
+
+sd=$(make_scsi_debug_smr 1024 16 8)
+run_xfs scsi_debug "$sd" --format
+remove_scsi_debug
+
+img=$VM_SCRATCH/smr.img
+if "$Z" emulate "$img" --size 1G --zone-size 16M --conv-zones 8 >/dev/null 2>"$VM_SCRATCH/emulate.err"; then
+    run_xfs emulated "$img" --format
+    rm -f "$img"
+else
+    echo "SKIP: emulated: zonedd emulate failed: $(cat "$VM_SCRATCH/emulate.err")"
+    skipped+=(emulated)
+fi
+
+if [ ${#skipped[@]} -gt 0 ]; then
+    echo "ublk-xfs: passed, SKIPPED: ${skipped[*]}"
+else
+    echo "ublk-xfs: all backends passed"
+fi
