@@ -16,7 +16,7 @@ use crate::format::{
     clear_bit, iter_set_bits, uuid_string, Layout, MapEntry, Result, Superblock, BLOCK,
     MAP_ENTRIES_PER_BLOCK, MAP_UNMAPPED,
 };
-use crate::sets::{probe, read_meta_blocks, write_meta_blocks, write_superblock, Probe};
+use crate::sets::{diff_sets, probe, read_meta_blocks, write_meta_blocks, write_superblock, Probe};
 
 /// Metadata blocks read or written per I/O.
 const BATCH_BLOCKS: u32 = 256;
@@ -469,21 +469,7 @@ fn compare_sets(
     if a != b {
         differ.push(0);
     }
-    let mut x = vec![0u8; BATCH_BLOCKS as usize * BLOCK];
-    let mut y = vec![0u8; BATCH_BLOCKS as usize * BLOCK];
-    let mut m = 1;
-    while m < layout.nr_meta_blocks {
-        let n = (layout.nr_meta_blocks - m).min(BATCH_BLOCKS);
-        let len = n as usize * BLOCK;
-        read_meta_blocks(dev, layout, 0, m, &mut x[..len])?;
-        read_meta_blocks(dev, layout, 1, m, &mut y[..len])?;
-        for i in 0..n as usize {
-            if x[i * BLOCK..(i + 1) * BLOCK] != y[i * BLOCK..(i + 1) * BLOCK] {
-                differ.push(m + i as u32);
-            }
-        }
-        m += n;
-    }
+    differ.extend(diff_sets(dev, layout)?);
     Ok((layout.nr_meta_blocks as u64, differ))
 }
 

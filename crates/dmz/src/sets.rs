@@ -430,8 +430,30 @@ pub fn copy_set(
     Ok(())
 }
 
+/// Metadata blocks (1..) whose content differs between the two sets.
+pub fn diff_sets(dev: &dyn ZonedDevice, layout: &Layout) -> Result<Vec<u32>> {
+    let mut x = vec![0u8; MAX_IO_BLOCKS as usize * BLOCK];
+    let mut y = vec![0u8; MAX_IO_BLOCKS as usize * BLOCK];
+    let mut differ = Vec::new();
+    let mut m = 1;
+    while m < layout.nr_meta_blocks {
+        let n = (layout.nr_meta_blocks - m).min(MAX_IO_BLOCKS);
+        let len = n as usize * BLOCK;
+        read_meta_blocks(dev, layout, 0, m, &mut x[..len])?;
+        read_meta_blocks(dev, layout, 1, m, &mut y[..len])?;
+        for i in 0..n as usize {
+            if x[i * BLOCK..(i + 1) * BLOCK] != y[i * BLOCK..(i + 1) * BLOCK] {
+                differ.push(m + i as u32);
+            }
+        }
+        m += n;
+    }
+    Ok(differ)
+}
+
 /// Load the metadata of `dev`: validate both superblocks, choose the primary (higher gen,
-/// set 0 on a tie), and make the other set an exact copy of it when it is bad or older.
+/// set 0 on a tie), and make the other set an exact copy of it when it is bad, older, or
+/// differs at the same gen (all metadata blocks of both sets are read when gens are equal).
 pub fn load(dev: &dyn ZonedDevice) -> Result<Loaded> {
     let p = probe(dev)?;
     let (primary, sb, layout) = p.choose(&dev.describe())?;
@@ -460,7 +482,30 @@ pub fn load(dev: &dyn ZonedDevice) -> Result<Loaded> {
                 osb.gen, sb.gen
             ));
         }
-        Some(_) => {}
+        Some(_) => {
+            // Equal gens can still hide different blocks: a crash while a commit was
+            // logging into the other set. Bring it back to the primary's content.
+            let differ = diff_sets(dev, &layout)?;
+            if !differ.is_empty() {
+                warn!(
+                    set = other,
+                    blocks = differ.len(),
+                    "metadata sets differ at equal gen"
+                );
+                let mut b = vec![0u8; BLOCK];
+                for &m in &differ {
+                    read_meta_blocks(dev, &layout, primary, m, &mut b)?;
+                    write_meta_blocks(dev, &layout, other, m, &b)?;
+                }
+                dev.flush()?;
+                actions.push(format!(
+                    "resynchronised {} differing block(s) of metadata set {other} from set \
+                     {primary} (both gen {})",
+                    differ.len(),
+                    sb.gen
+                ));
+            }
+        }
     }
     Ok(Loaded {
         sb,

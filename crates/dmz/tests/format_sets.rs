@@ -293,3 +293,24 @@ fn format_works_on_zbd_mem_device() {
     assert!(loaded.actions.is_empty());
     assert!(dmz::check::check(&dev, false).unwrap().errors.is_empty());
 }
+
+#[test]
+fn equal_gen_sets_that_differ_are_resynchronised() {
+    // A crash while a commit was logging into set 1: same gen, some blocks already new.
+    let dev = MemDevice::small();
+    let l = fmt(&dev, 2);
+    let m = l.bitmap_block(9, 0);
+    write_meta_blocks(&dev, &l, 1, m, &[0x5Au8; B]).unwrap();
+    let loaded = load(&dev).unwrap();
+    assert_eq!(loaded.primary, 0);
+    assert_eq!(loaded.actions.len(), 1);
+    assert!(
+        loaded.actions[0].contains("resynchronised 1 differing block(s) of metadata set 1"),
+        "{:?}",
+        loaded.actions
+    );
+    assert!(diff_sets(&dev, &l).unwrap().is_empty());
+    assert!(set_bytes(&dev, &l, 1)[m as usize * B..(m as usize + 1) * B]
+        .iter()
+        .all(|&b| b == 0));
+}
