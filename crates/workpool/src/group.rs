@@ -104,6 +104,7 @@ fn kick(inner: &Arc<Inner>, gi: usize, st: &mut GroupState) {
     } else if let Some(slot) = st.free_slots.pop() {
         match spawn_worker(inner, gi, slot) {
             Ok(()) => {
+                tracing::debug!(pool = %inner.name, group = gi, slot, "spawned worker");
                 st.workers += 1;
                 st.awake_free += 1;
                 group

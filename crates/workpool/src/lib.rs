@@ -5,7 +5,8 @@
 //! order. Different keys run in parallel, subject to the [`Policy`]:
 //!
 //! * [`Policy::PerCpu`]: one worker group per CPU, threads pinned to it. A work runs in the
-//!   group of the CPU that queued it (`sched_getcpu` at queue time). Userspace cannot see a
+//!   group of the CPU that queued it (`sched_getcpu` when it went idle -> queued; a job
+//!   appended to a pending or running work joins it where it is). Userspace cannot see a
 //!   worker block, so each group may run up to `max_per_cpu` works at once: while one blocks
 //!   on I/O, the next work queued on that CPU still runs (no head-of-line stall).
 //! * [`Policy::Unbound`]: one group, threads anywhere, at most `max_active` works executing at
@@ -49,6 +50,11 @@
 //! Parked workers wait on their own condvar with no timeout and no spinning, so an idle pool
 //! makes no wakeups at all. A woken worker that finds the queue already emptied (a worker that
 //! just finished took the work first) counts a `wakeups_empty`.
+//!
+//! # Keys
+//!
+//! One pool may carry chunk works and reclaim works: use [`chunk_key`] and [`reclaim_key`] so
+//! chunk 5 and the reclaim of zone 5 are different works.
 //!
 //! [`Pool::wait_idle`] sleeps on a condvar notified when the last live work retires, only when
 //! someone waits.
@@ -124,6 +130,16 @@ impl Pool {
     /// The policy this pool was made with.
     pub fn policy(&self) -> Policy {
         self.inner.policy
+    }
+
+    /// The name given to `new` (also the prefix of worker thread names).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// `queue` for any closure, boxing it here.
+    pub fn queue_fn(&self, key: u64, job: impl FnOnce() + Send + 'static) {
+        self.queue(key, Box::new(job));
     }
 
     /// Appends `job` to the work of `key`; jobs of one key run in queue order, one at a time.
@@ -206,6 +222,18 @@ impl Pool {
     }
 }
 
+/// Key of the work that serves one chunk (high bit clear).
+pub const fn chunk_key(chunk: u64) -> u64 {
+    chunk & !RECLAIM_BIT
+}
+
+/// Key of the reclaim work of one victim zone (high bit set), distinct from every chunk key.
+pub const fn reclaim_key(zone: u64) -> u64 {
+    zone | RECLAIM_BIT
+}
+
+const RECLAIM_BIT: u64 = 1 << 63;
+
 impl Drop for Pool {
     fn drop(&mut self) {
         self.shutdown();
@@ -235,5 +263,25 @@ impl Inner {
             },
             None => 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_and_reclaim_keys_never_collide() {
+        for n in [0u64, 1, 5, 65_535, u32::MAX as u64] {
+            assert_ne!(chunk_key(n), reclaim_key(n));
+            assert_eq!(chunk_key(n), n);
+        }
+    }
+
+    #[test]
+    fn pool_is_send_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Pool>();
+        check::<PoolStats>();
     }
 }
