@@ -15,14 +15,15 @@
 //! # State of a work
 //!
 //! ```text
-//!             queue (first job)                 worker takes it
-//!   idle ─────────────────────────▶ queued ──────────────────────▶ running
-//!    ▲     (on one run queue, once)   ▲  ▲ queue: job appended       │  │
-//!    │                                │  └── (no scheduling)         │  │ queue: job appended
-//!    │  batch done, no new jobs       │     batch done               │  ▼
-//!    └────────────────────────────────┼──────────────────────── running+requeue
-//!               (retired:             └─────── (back of its group's run queue)
-//!                removed from map)
+//!  idle ──queue──▶ queued ──pop──▶ running ──batch done, no new jobs──▶ idle (retired)
+//!                    ▲                │
+//!                    │              queue
+//!                    │                ▼
+//!                    └──batch done── running+requeue
+//!
+//!  queue on queued or running+requeue: the job is appended, nothing else happens.
+//!  idle ──queue: the key goes on the run queue of the queueing CPU's group (percpu) or the
+//!  pool's group (unbound). running+requeue ──batch done: back of the same group's run queue.
 //! ```
 //!
 //! Only the idle -> queued transition puts a key on a run queue, and only the worker that ran
@@ -50,6 +51,13 @@
 //! Parked workers wait on their own condvar with no timeout and no spinning, so an idle pool
 //! makes no wakeups at all. A woken worker that finds the queue already emptied (a worker that
 //! just finished took the work first) counts a `wakeups_empty`.
+//!
+//! # Threads
+//!
+//! Workers are spawned lazily, up to the group limit, and then stay parked while the pool
+//! lives: retiring idle threads would need a timer, i.e. wakeups in an idle pool. Because any
+//! work may block, a burst of CPU-bound works can bring a `percpu` group up to `max_per_cpu`
+//! threads sharing its CPU; they park again once the burst is drained.
 //!
 //! # Keys
 //!
