@@ -56,8 +56,9 @@
 //! management on one zone, a short global lock covers conditions, write pointers and the
 //! open/active accounting. Reads take only the global lock to learn the write pointer.
 //!
-//! An image is locked with `flock(LOCK_EX)` while a handle opened by [`Emulated::open`] or
-//! [`Emulated::create`] lives, so two daemons cannot use one image.
+//! An image is locked with `flock(LOCK_EX)` (and, on a block device, opened `O_EXCL`) while
+//! a handle opened by [`Emulated::open`] or [`Emulated::create`] lives, so two daemons
+//! cannot use one image; a second user gets an "in use" error.
 
 use crate::options::{EmulateOptions, MIN_EMULATED_ZONE_SIZE};
 use crate::state::{check_io, Changed, ZoneState, ZoneStates};
@@ -293,6 +294,11 @@ impl Emulated {
                     "{p} is neither a regular file nor a block device"
                 )));
             }
+            if !opts.force && block_device {
+                return Err(ZbdError::Open(format!(
+                    "{p} is a block device; pass --force to overwrite its contents"
+                )));
+            }
             if !opts.force {
                 return Err(ZbdError::Open(format!(
                     "{p} already exists; pass --force to overwrite it"
@@ -392,11 +398,22 @@ impl Emulated {
         let p = path.display();
         let meta = std::fs::metadata(path).map_err(io_err(format!("open {p}")))?;
         let block_device = meta.file_type().is_block_device();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(io_err(format!("open {p}")))?;
+        let mut oo = OpenOptions::new();
+        oo.read(true).write(true);
+        if block_device && lock {
+            // flock is per device node; O_EXCL holds the device itself.
+            oo.custom_flags(libc::O_EXCL);
+        }
+        let file = oo.open(path).map_err(|e| {
+            if e.raw_os_error() == Some(libc::EBUSY) {
+                ZbdError::Open(format!("{p} is in use by another process: EBUSY"))
+            } else {
+                ZbdError::Io {
+                    what: format!("open {p}"),
+                    source: e,
+                }
+            }
+        })?;
         if lock {
             lock_exclusive(&file, path)?;
         }
