@@ -1,7 +1,10 @@
 //! `zonedd check PATH [--repair] [--json]`: check (and optionally repair) the dm-zoned
 //! metadata of a backend.
 //!
-//! Read-only unless `--repair`. Exit status: 0 when no error is left (none found, or all
+//! Read-only unless `--repair`. A repair first opens the volume with the engine and closes it,
+//! so that writes a crashed zonedd daemon left in its metadata log are folded into the sets
+//! before anything is repaired (otherwise their zones look written but unmapped, and the
+//! repair would reset them). Exit status: 0 when no error is left (none found, or all
 //! repaired), 1 when errors remain or the metadata cannot be read (both superblocks bad, I/O
 //! error), 2 for bad input (no such device, not a zoned device or image, not formatted).
 
@@ -30,6 +33,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         zbd::ZbdError::Open(_) | zbd::ZbdError::Invalid(_) => CliError::Usage(e.to_string()),
         e => CliError::Failed(format!("{p}: {e}")),
     })?;
+    let dev: std::sync::Arc<dyn zbd::ZonedDevice> = std::sync::Arc::from(dev);
+    if args.repair {
+        replay_log(&dev);
+    }
     let report = check(dev.as_ref(), args.repair).map_err(|e| match e {
         FormatError::NotFormatted(_) => CliError::Usage(format!(
             "{p}: no valid dm-zoned superblock: not formatted? run `zonedd format --backend {p}`"
@@ -56,6 +63,23 @@ pub fn run(args: Args) -> Result<(), CliError> {
             "{p}: {} error(s) detected: run `zonedd check {p} --repair`",
             report.errors.len()
         )))
+    }
+}
+
+/// Open and close the engine: replays and commits a zonedd metadata log, if any. A volume the
+/// engine cannot open (corrupt metadata) is repaired without it.
+fn replay_log(dev: &std::sync::Arc<dyn zbd::ZonedDevice>) {
+    let mut opts = dmz::engine::EngineOptions::default();
+    opts.reclaim.enabled = false;
+    match dmz::engine::Engine::open(dev.clone(), opts) {
+        Ok(e) => {
+            if let Err(err) = e.close() {
+                tracing::warn!("closing the engine after replaying its log: {err}");
+            }
+        }
+        Err(err) => {
+            tracing::warn!("engine cannot open the volume ({err}); repairing the sets as found")
+        }
     }
 }
 
