@@ -4,7 +4,9 @@
 //!   operation matching a predicate ([`FaultyDevice::fail_matching`]) with a chosen errno.
 //!   A failed operation does nothing.
 //! - **Zone conditions**: [`FaultyDevice::set_condition`] turns a zone read-only or offline
-//!   (through the wrapped device's [`ZonedDevice::set_zone_condition`]).
+//!   through the wrapped device's [`ZonedDevice::set_zone_condition`]; for a device that
+//!   cannot (a real one) the wrapper keeps the condition itself and applies its rules
+//!   (reports show it; reads of offline zones, writes and zone operations fail with EIO).
 //! - **Power cuts**: every write since the last successful flush is *pending*: it is in the
 //!   wrapped device (so reads see it, as they would see a drive's volatile cache) and it is
 //!   also recorded here. [`FaultyDevice::power_cut`] drops any chosen subset of the pending
@@ -27,7 +29,7 @@
 
 use crate::{Geometry, Result, ZbdError, Zone, ZoneCondition, ZoneOp, ZonedDevice};
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// What an operation is, for fault rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +124,8 @@ pub struct FaultyDevice<D: ZonedDevice> {
     sequential: Vec<bool>,
     rules: Mutex<Vec<Rule>>,
     log: Mutex<Log>,
+    /// Conditions set here because the wrapped device cannot (read-only / offline).
+    overrides: Mutex<HashMap<u32, ZoneCondition>>,
 }
 
 impl<D: ZonedDevice> FaultyDevice<D> {
@@ -137,6 +141,7 @@ impl<D: ZonedDevice> FaultyDevice<D> {
             sequential,
             rules: Mutex::new(Vec::new()),
             log: Mutex::new(Log::default()),
+            overrides: Mutex::new(HashMap::new()),
         })
     }
 
@@ -168,9 +173,54 @@ impl<D: ZonedDevice> FaultyDevice<D> {
         self.rules.lock().clear();
     }
 
-    /// Turns a zone read-only or offline (or back); see [`ZonedDevice::set_zone_condition`].
+    /// Turns a zone read-only or offline (or back: `Empty` resets a sequential zone,
+    /// `NotWp` restores a conventional one); see [`ZonedDevice::set_zone_condition`].
     pub fn set_condition(&self, zone: u32, cond: ZoneCondition) -> Result<()> {
-        self.inner.set_zone_condition(zone, cond)
+        match self.inner.set_zone_condition(zone, cond) {
+            Err(e) if e.errno() == libc::EOPNOTSUPP => {}
+            r => {
+                self.overrides.lock().remove(&zone);
+                return r;
+            }
+        }
+        if zone as usize >= self.sequential.len() {
+            return Err(ZbdError::Invalid(format!("zone {zone} does not exist")));
+        }
+        match cond {
+            ZoneCondition::ReadOnly | ZoneCondition::Offline => {
+                self.overrides.lock().insert(zone, cond);
+                Ok(())
+            }
+            ZoneCondition::Empty if self.sequential[zone as usize] => {
+                self.overrides.lock().remove(&zone);
+                self.inner.zone_mgmt(ZoneOp::Reset, zone)
+            }
+            ZoneCondition::NotWp if !self.sequential[zone as usize] => {
+                self.overrides.lock().remove(&zone);
+                Ok(())
+            }
+            _ => Err(ZbdError::Invalid(format!(
+                "zone {zone} cannot be set to {cond:?}"
+            ))),
+        }
+    }
+
+    /// The wrapper's own condition for `zone`, if it set one.
+    fn overridden(&self, zone: u32) -> Option<ZoneCondition> {
+        self.overrides.lock().get(&zone).copied()
+    }
+
+    /// EIO when the wrapper's condition for `zone` forbids `kind`.
+    fn check_override(&self, zone: u32, kind: OpKind) -> Result<()> {
+        let bad = match (self.overridden(zone), kind) {
+            (Some(ZoneCondition::Offline), _) => "offline",
+            (Some(ZoneCondition::ReadOnly), OpKind::Write | OpKind::ZoneMgmt(_)) => "read-only",
+            _ => return Ok(()),
+        };
+        Err(ZbdError::device(
+            format!("{kind:?} on zone {zone}: zone is {bad} (fault injection)"),
+            libc::EIO,
+        ))
     }
 
     /// Writes completed through this wrapper since it was created.
@@ -370,6 +420,7 @@ impl<D: ZonedDevice> FaultyDevice<D> {
             },
             &log,
         )?;
+        self.check_override(zone, OpKind::Write)?;
         let conv = !self.sequential.get(zone as usize).copied().unwrap_or(true);
         let before = if conv && len > 0 {
             let mut b = vec![0u8; len as usize];
@@ -410,7 +461,16 @@ impl<D: ZonedDevice> ZonedDevice for FaultyDevice<D> {
             },
             &self.log.lock(),
         )?;
-        self.inner.report_zones(first, nr)
+        let mut zones = self.inner.report_zones(first, nr)?;
+        let ov = self.overrides.lock();
+        if !ov.is_empty() {
+            for z in &mut zones {
+                if let Some(&c) = ov.get(&z.id) {
+                    z.cond = c;
+                }
+            }
+        }
+        Ok(zones)
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
@@ -423,6 +483,7 @@ impl<D: ZonedDevice> ZonedDevice for FaultyDevice<D> {
             },
             &self.log.lock(),
         )?;
+        self.check_override(self.zone_of(offset), OpKind::Read)?;
         self.inner.read_at(buf, offset)
     }
 
@@ -445,6 +506,7 @@ impl<D: ZonedDevice> ZonedDevice for FaultyDevice<D> {
             },
             &log,
         )?;
+        self.check_override(zone, OpKind::ZoneMgmt(op))?;
         self.inner.zone_mgmt(op, zone)?;
         match op {
             ZoneOp::Reset => {
@@ -470,7 +532,22 @@ impl<D: ZonedDevice> ZonedDevice for FaultyDevice<D> {
             },
             &log,
         )?;
-        self.inner.reset_all()?;
+        let ov = self.overrides.lock().clone();
+        if ov.is_empty() {
+            self.inner.reset_all()?;
+        } else {
+            for z in self.inner.report_all()? {
+                if z.zone_type.is_sequential()
+                    && !ov.contains_key(&z.id)
+                    && !matches!(
+                        z.cond,
+                        ZoneCondition::Empty | ZoneCondition::ReadOnly | ZoneCondition::Offline
+                    )
+                {
+                    self.inner.zone_mgmt(ZoneOp::Reset, z.id)?;
+                }
+            }
+        }
         let seq = &self.sequential;
         log.pending.retain(|p| !seq[p.zone as usize]);
         log.finished.clear();
@@ -499,6 +576,6 @@ impl<D: ZonedDevice> ZonedDevice for FaultyDevice<D> {
     }
 
     fn set_zone_condition(&self, zone: u32, cond: ZoneCondition) -> Result<()> {
-        self.inner.set_zone_condition(zone, cond)
+        self.set_condition(zone, cond)
     }
 }

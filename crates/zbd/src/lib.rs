@@ -4,6 +4,25 @@
 //! [`ZonedDevice`] and must not be able to tell an emulated host-managed disk from a real
 //! one. Units: byte offsets and lengths on the device, always multiples of
 //! [`BLOCK_SIZE`]; zones are numbered from 0.
+//!
+//! Backends:
+//! - [`Emulated`]: a host-managed SMR disk emulated on a (sparse) file or a regular block
+//!   device; crash-safe zone table (see its module docs for the image layout).
+//! - [`BlockDev`]: a kernel zoned block device (SMR, ZNS, null_blk, scsi_debug).
+//! - [`MemDevice`]: the same rules in RAM, for fast tests.
+//! - [`FaultyDevice`]: wraps any of them to inject errors, zone failures and power cuts.
+//!
+//! [`open`] / [`open_exclusive`] recognise a path (image magic, or `queue/zoned`) and lock it
+//! against a second user; [`open_shared`] is for inspection. [`conformance::run`] checks a
+//! device against the rules (destructively).
+//!
+//! Contract for callers: writes to one sequential zone are issued one at a time, each at
+//! the write pointer left by the previous one (as with the kernel); writes to different
+//! zones, reads and zone operations on other zones may run concurrently from any thread.
+//! Errors carry the errno the kernel would give: EIO for a rule a drive enforces (write off
+//! the write pointer, full / read-only / offline zone, crossing a zone end), EINVAL for a
+//! request no device accepts (unaligned, out of range), ETOOMANYREFS at the open limit,
+//! EOVERFLOW at the active limit.
 
 use std::fmt;
 use std::path::Path;

@@ -124,3 +124,44 @@ fn suite_catches_a_broken_rule() {
         "{failed:?}"
     );
 }
+
+/// A device that cannot set zone conditions (like a real one): the wrapper emulates them,
+/// and the read-only / offline checks run against the wrapper's rules.
+#[test]
+fn faulty_wrapper_emulates_zone_conditions_for_real_devices() {
+    struct NoConditions(MemDevice);
+    impl ZonedDevice for NoConditions {
+        fn geometry(&self) -> zbd::Geometry {
+            self.0.geometry()
+        }
+        fn report_zones(&self, f: u32, n: u32) -> zbd::Result<Vec<zbd::Zone>> {
+            self.0.report_zones(f, n)
+        }
+        fn read_at(&self, b: &mut [u8], o: u64) -> zbd::Result<()> {
+            self.0.read_at(b, o)
+        }
+        fn write_at(&self, b: &[u8], o: u64) -> zbd::Result<()> {
+            self.0.write_at(b, o)
+        }
+        fn zone_mgmt(&self, op: zbd::ZoneOp, z: u32) -> zbd::Result<()> {
+            self.0.zone_mgmt(op, z)
+        }
+        fn reset_all(&self) -> zbd::Result<()> {
+            self.0.reset_all()
+        }
+        fn flush(&self) -> zbd::Result<()> {
+            self.0.flush()
+        }
+        fn describe(&self) -> String {
+            "no conditions".into()
+        }
+    }
+    let bare = NoConditions(MemDevice::new(&limited()).unwrap());
+    assert_eq!(
+        suite(&bare).skipped,
+        2,
+        "read-only and offline are skipped on the bare device"
+    );
+    let f = FaultyDevice::new(bare).unwrap();
+    assert_eq!(suite(&f).skipped, 0);
+}
