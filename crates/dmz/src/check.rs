@@ -13,8 +13,8 @@ use tracing::{info, warn};
 use zbd::{Zone, ZoneCondition, ZoneOp, ZoneType, ZonedDevice};
 
 use crate::format::{
-    clear_bit, iter_set_bits, uuid_string, Layout, MapEntry, Result, Superblock, BLOCK,
-    MAP_ENTRIES_PER_BLOCK, MAP_UNMAPPED,
+    clear_bit, count_bits, iter_set_bits, uuid_string, Layout, MapEntry, Result, Superblock,
+    BITS_PER_BITMAP_BLOCK, BLOCK, MAP_ENTRIES_PER_BLOCK, MAP_UNMAPPED,
 };
 use crate::sets::{diff_sets, probe, read_meta_blocks, write_meta_blocks, write_superblock, Probe};
 
@@ -307,7 +307,6 @@ impl Ctx<'_> {
         let zone_bytes = zbb as usize * BLOCK;
         let per_batch = (BATCH_BLOCKS / zbb).max(1);
         let zb = self.layout.zone_blocks;
-        let bits_per_blk = self.layout.bits_per_bitmap_block();
         let (mut mapped, mut unmapped) = (0, 0);
         // Bitmaps of buffer zones, checked against their data zone once both are read.
         let mut buffer_of: Vec<Option<u32>> = vec![None; self.layout.nr_zones as usize];
@@ -323,42 +322,29 @@ impl Ctx<'_> {
             let mut batch = self.zone_bitmaps(set, z0, n)?;
             for z in z0..z0 + n {
                 let off = (z - z0) as usize * zone_bytes;
+                // A zone's bitmap blocks are one linear LSB-first bitmap: block b of the zone
+                // is bit b (each block holds 32768 bits, or the whole zone when smaller).
                 let zbuf = &mut batch[off..off + zone_bytes];
-                // Block b of the zone is bit b % bits_per_blk of block b / bits_per_blk.
-                let valid: Vec<u32> = (0..zbb)
-                    .flat_map(|i| {
-                        let blk = &zbuf[i as usize * BLOCK..(i as usize + 1) * BLOCK];
-                        iter_set_bits(blk, BLOCK as u32 * 8)
-                            .map(move |bit| i * bits_per_blk + bit)
-                            .collect::<Vec<_>>()
-                    })
-                    .collect();
                 let mut changed = vec![false; zbb as usize];
-                let mut clear = |zbuf: &mut [u8], b: u32| {
-                    let i = b / bits_per_blk;
-                    // Bits past the zone end land in the last block.
-                    let i = i.min(zbb - 1);
-                    clear_bit(
-                        &mut zbuf[i as usize * BLOCK..(i as usize + 1) * BLOCK],
-                        b - i * bits_per_blk,
-                    );
-                    changed[i as usize] = true;
-                };
                 match owner[z as usize] {
                     None => {
                         unmapped += 1;
-                        if !valid.is_empty() {
+                        let n_valid = count_bits(zbuf);
+                        if n_valid > 0 {
                             self.add(
                                 finding(
                                     FindingKind::UnmappedZoneValidBits,
                                     Some(z),
                                     None,
-                                    format!("unmapped zone {z} has {} valid blocks", valid.len()),
+                                    format!("unmapped zone {z} has {n_valid} valid blocks"),
                                 ),
                                 true,
                             );
-                            for &b in &valid {
-                                clear(zbuf, b);
+                            for (i, blk) in zbuf.chunks_mut(BLOCK).enumerate() {
+                                if blk.iter().any(|&b| b != 0) {
+                                    blk.fill(0);
+                                    changed[i] = true;
+                                }
                             }
                         }
                         let zone = self.zones[z as usize];
@@ -384,8 +370,7 @@ impl Ctx<'_> {
                     Some(chunk) => {
                         mapped += 1;
                         let limit = if self.is_seq(z) { self.wp_block(z) } else { zb };
-                        let past: Vec<u32> =
-                            valid.iter().copied().filter(|&b| b >= limit).collect();
+                        let past = set_bits_from(zbuf, limit);
                         if !past.is_empty() {
                             self.add(
                                 finding(
@@ -402,7 +387,8 @@ impl Ctx<'_> {
                                 true,
                             );
                             for &b in &past {
-                                clear(zbuf, b);
+                                clear_bit(zbuf, b);
+                                changed[(b / BITS_PER_BITMAP_BLOCK) as usize] = true;
                             }
                         }
                     }
@@ -453,6 +439,19 @@ impl Ctx<'_> {
         }
         Ok((mapped, unmapped))
     }
+}
+
+/// Set bits of `bitmap` at or after bit `from`, skipping the bytes before it.
+fn set_bits_from(bitmap: &[u8], from: u32) -> Vec<u32> {
+    let first = (from / 8) as usize;
+    if first >= bitmap.len() {
+        return Vec::new();
+    }
+    let nbits = ((bitmap.len() - first) * 8) as u32;
+    iter_set_bits(&bitmap[first..], nbits)
+        .map(|b| b + first as u32 * 8)
+        .filter(|&b| b >= from)
+        .collect()
 }
 
 /// Compare the two sets block by block (superblocks: every field but `sb_block`).
