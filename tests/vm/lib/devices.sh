@@ -2,7 +2,7 @@
 # guest (scripts/vm-test.sh); every function fails loudly (non-zero, message on stderr).
 #
 #   zonedd_bin                                   path of the built zonedd (honours $ZONEDD)
-#   make_nullb NAME SIZE_MB ZONE_MB NR_CONV [MAX_OPEN] [MAX_ACTIVE]
+#   make_nullb NAME SIZE_MB ZONE_MB NR_CONV [MAX_OPEN] [MAX_ACTIVE] [ZONE_CAP_MB]
 #                                                memory-backed host-managed null_blk, 4 KiB blocks;
 #                                                prints /dev/nullbN (NAME: configfs name, e.g. nullb0);
 #                                                null_blk ignores (0 = none) a MAX_OPEN or MAX_ACTIVE
@@ -55,10 +55,10 @@ _nullb_cfs=/sys/kernel/config/nullb
 
 make_nullb() {
     if [ $# -lt 4 ]; then
-        echo "usage: make_nullb NAME SIZE_MB ZONE_MB NR_CONV [MAX_OPEN] [MAX_ACTIVE]" >&2
+        echo "usage: make_nullb NAME SIZE_MB ZONE_MB NR_CONV [MAX_OPEN] [MAX_ACTIVE] [ZONE_CAP_MB]" >&2
         return 2
     fi
-    local name=$1 size=$2 zone=$3 conv=$4 max_open=${5:-0} max_active=${6:-0} d dev
+    local name=$1 size=$2 zone=$3 conv=$4 max_open=${5:-0} max_active=${6:-0} cap=${7:-0} d dev
     if [ ! -d /sys/module/null_blk ]; then
         # nr_devices=0: no default nullb0, every device comes from configfs.
         modprobe null_blk nr_devices=0 || return 1
@@ -76,6 +76,7 @@ make_nullb() {
             echo 1 >"$d/memory_backed" &&
             echo 1 >"$d/zoned" &&
             echo "$zone" >"$d/zone_size" &&
+            echo "$cap" >"$d/zone_capacity" &&
             echo "$conv" >"$d/zone_nr_conv" &&
             echo "$max_open" >"$d/zone_max_open" &&
             echo "$max_active" >"$d/zone_max_active" &&
