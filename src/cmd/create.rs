@@ -234,6 +234,52 @@ fn simple<T: BlockTarget + 'static>(t: T) -> Opened {
     }
 }
 
+/// The engine as the frontend's [`BlockTarget`].
+struct EngineTarget(dmz::engine::Engine);
+
+fn errno(e: dmz::engine::EngineError) -> i32 {
+    let n = e.errno();
+    tracing::warn!("engine: {e}");
+    if n > 0 {
+        n
+    } else {
+        libc::EIO
+    }
+}
+
+impl BlockTarget for EngineTarget {
+    fn capacity(&self) -> u64 {
+        self.0.capacity()
+    }
+    fn chunk_size(&self) -> u64 {
+        self.0.chunk_size()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), i32> {
+        self.0.read(offset, buf).map_err(errno)
+    }
+    fn write(&self, offset: u64, buf: &[u8], fua: bool) -> Result<(), i32> {
+        self.0.write(offset, buf, fua).map_err(errno)
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<(), i32> {
+        self.0.discard(offset, len).map_err(errno)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), i32> {
+        self.0.write_zeroes(offset, len).map_err(errno)
+    }
+    fn flush(&self) -> Result<(), i32> {
+        self.0.flush().map_err(errno)
+    }
+}
+
+/// A pool as the engine's reclaim executor.
+struct PoolExecutor(Arc<workpool::Pool>);
+
+impl dmz::engine::Executor for PoolExecutor {
+    fn execute(&self, key: u64, job: Box<dyn FnOnce() + Send>) {
+        self.0.queue(key, job)
+    }
+}
+
 fn open_target(spec: &DeviceSpec, _pool: &Arc<workpool::Pool>) -> Result<Opened, String> {
     if let Some(size) = spec.backend.strip_prefix("mem:") {
         let bytes = frontend::mem::parse_size(size)
@@ -247,10 +293,49 @@ fn open_target(spec: &DeviceSpec, _pool: &Arc<workpool::Pool>) -> Result<Opened,
         return Ok(simple(t));
     }
     check_backend(&spec.backend)?;
-    Err(format!(
-        "{}: the chunk-mapping engine is not available in this build yet (use mem:SIZE or file:PATH to test the frontend)",
-        spec.backend
-    ))
+    let dev: Arc<dyn zbd::ZonedDevice> =
+        Arc::from(zbd::open(Path::new(&spec.backend)).map_err(|e| e.to_string())?);
+    let mut opts = dmz::engine::EngineOptions::default();
+    if let Some(n) = spec.reclaim_max_active {
+        opts.reclaim.parallel = n.max(1) as usize;
+    }
+    let reclaim_pool = Arc::new(workpool::Pool::new(
+        "zonedd-reclaim",
+        workpool::Policy::Unbound {
+            max_active: opts.reclaim.parallel.max(1),
+        },
+    ));
+    opts.executor = Some(Arc::new(PoolExecutor(reclaim_pool.clone())));
+    let engine = dmz::engine::Engine::open(dev, opts).map_err(|e| match e {
+        dmz::engine::EngineError::Format(f) => not_formatted_hint(&spec.backend, f),
+        other => format!("{}: {other}", spec.backend),
+    })?;
+    let typed = Arc::new(EngineTarget(engine));
+    let weak = Arc::downgrade(&typed);
+    let rp = Arc::downgrade(&reclaim_pool);
+    let target: Arc<dyn BlockTarget> = typed.clone();
+    Ok(Opened {
+        target,
+        stats: Box::new(move || {
+            json!({
+                "engine": weak.upgrade().map(|t| t.0.stats()),
+                "reclaim_pool": rp.upgrade().map(|p| p.stats()),
+            })
+        }),
+        close: Box::new(move || {
+            let r = match Arc::try_unwrap(typed) {
+                Ok(t) => t.0.close().map_err(|e| format!("closing the engine: {e}")),
+                Err(t) => {
+                    tracing::error!(
+                        "engine still referenced at shutdown: flushing instead of closing"
+                    );
+                    t.0.flush().map_err(|e| format!("flushing the engine: {e}"))
+                }
+            };
+            reclaim_pool.shutdown();
+            r
+        }),
+    })
 }
 
 /// Run a daemon for `spec` (create or recover), daemonized unless `foreground`.
@@ -302,7 +387,7 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
             .map_err(|e| format!("writing {}: {e}", registry::record_path(s.id).display()))?;
         let (id, bdev) = (s.id, s.bdev.clone());
         let status = Arc::new(move || {
-            json!({
+            let mut v = json!({
                 "id": id,
                 "bdev": bdev,
                 "backend": spec2.backend,
@@ -310,8 +395,12 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
                 "pid": std::process::id(),
                 "frontend": io_stats.snapshot(),
                 "pool": pool_weak.upgrade().map(|p| p.stats()),
-                "engine": engine_stats(),
-            })
+            });
+            // the target's own sections: "engine", "reclaim_pool"
+            if let (Value::Object(m), Value::Object(extra)) = (&mut v, engine_stats()) {
+                m.extend(extra);
+            }
+            v
         });
         let sd2 = sd.clone();
         let server = frontend::control::ControlServer::start(

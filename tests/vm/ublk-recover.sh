@@ -3,8 +3,8 @@
 # daemon is killed with SIGKILL; the device must stay (QUIESCED) with the job's I/O waiting,
 # `zonedd recover ID` re-attaches a new daemon to the same /dev/ublkbN, and the job must
 # finish and verify every block it wrote. Repeated at several moments into the job, then
-# once more with `recover` racing a second kill. Backend: $ZONEDD_VM_RECOVER_BACKEND, or a
-# write-through file target (file:IMG) until the engine serves emulated images.
+# a written pattern must survive kill + recover. Backend: the engine on an emulated image
+# (or $ZONEDD_VM_RECOVER_BACKEND).
 # vm-timeout: 420
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
@@ -23,22 +23,31 @@ wait_state() { # wait_state ID STATE
     vm_fail "device $1 did not become $2 (is $(field "$1" state))"
 }
 
-backend=${ZONEDD_VM_RECOVER_BACKEND:-}
-if [ -z "$backend" ]; then
-    img=$VM_SCRATCH/recover.img
-    truncate -s 256M "$img"
+# Default: the engine on an emulated SMR image (16 MiB zones, 8 conventional).
+# ZONEDD_VM_RECOVER_BACKEND=file: runs the same on the write-through file target.
+backend=${ZONEDD_VM_RECOVER_BACKEND:-engine}
+img=$VM_SCRATCH/recover.img
+case $backend in
+engine)
+    "$Z" emulate "$img" --size 768M --zone-size 16M --conventional 8 >/dev/null
+    "$Z" format --backend "$img" --force >/dev/null
+    backend=$img
+    ;;
+file:)
+    truncate -s 512M "$img"
     backend=file:$img
-fi
+    ;;
+esac
 
 out=$("$Z" create --backend "$backend" --queues 2 --depth 32)
 bdev=$(sed -n 1p <<<"$out")
 id=$(sed -n 's/^id //p' <<<"$out")
 echo "created $bdev (id $id) on $backend"
 
-for delay in 1 3 6; do
+for delay in 1 4 8; do
     vm_step "kill -9 ${delay}s into fio, then recover"
     fio --name=recover --filename="$bdev" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
-        --iodepth=16 --size=48M --verify=crc32c --verify_fatal=1 --randseed=$delay \
+        --iodepth=16 --size=160M --eta=never --verify=crc32c --verify_fatal=1 --randseed=$delay \
         --output="$VM_SCRATCH/fio.$delay" &
     fio_pid=$!
     sleep "$delay"

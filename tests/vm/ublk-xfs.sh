@@ -45,7 +45,7 @@ run_xfs() { # run_xfs NAME BACKEND [--format]
     local name=$1 backend=$2 fmt=${3:-} out bdev id
     vm_step "$name: $backend"
     if [ -n "$fmt" ]; then
-        if ! out=$("$Z" format "$backend" 2>&1); then
+        if ! out=$("$Z" format --backend "$backend" --force 2>&1); then
             if grep -q "not implemented" <<<"$out"; then
                 echo "SKIP: $name: $out"
                 skipped+=("$name")
@@ -96,7 +96,7 @@ run_xfs scsi_debug "$sd" --format
 remove_scsi_debug
 
 img=$VM_SCRATCH/smr.img
-if "$Z" emulate "$img" --size 1G --zone-size 16M --conv-zones 8 >/dev/null 2>"$VM_SCRATCH/emulate.err"; then
+if "$Z" emulate "$img" --size 1G --zone-size 16M --conventional 8 >/dev/null 2>"$VM_SCRATCH/emulate.err"; then
     run_xfs emulated "$img" --format
     rm -f "$img"
 else
