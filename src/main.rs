@@ -32,6 +32,9 @@ enum Command {
     Format(cmd::format::Args),
     /// Check (and optionally repair) the dm-zoned metadata of a backend.
     Check(cmd::check::Args),
+    /// Read or write through the engine without ublk (tests and interop checks).
+    #[command(hide = true)]
+    EngineIo(cmd::engine_io::Args),
     /// Start a daemon exposing a formatted backend as /dev/ublkbN.
     Create(cmd::create::Args),
     /// List zonedd devices.
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         Command::Conformance(a) => cmd::conformance::run(a),
         Command::Format(a) => cmd::format::run(a),
         Command::Check(a) => cmd::check::run(a),
+        Command::EngineIo(a) => cmd::engine_io::run(a),
         Command::Create(a) => cmd::create::run(a),
         Command::List(a) => cmd::list::run(a),
         Command::Status(a) => cmd::status::run(a),

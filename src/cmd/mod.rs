@@ -5,6 +5,7 @@ pub mod conformance;
 pub mod create;
 pub mod delete;
 pub mod emulate;
+pub mod engine_io;
 pub mod format;
 pub mod install_unit;
 pub mod list;
