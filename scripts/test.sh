@@ -9,3 +9,5 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test (host)"
 cargo test --workspace --release
+echo "== VM scenarios (tests/vm/*.sh, real kernel in qemu)"
+scripts/vm-test.sh
