@@ -1,10 +1,431 @@
-//! `zonedd engine-io` (hidden): read or write through the engine without ublk, for tests.
+//! `zonedd engine-io` (hidden): read or write a formatted backend through the dmz engine,
+//! without ublk. For tests and interop checks with the kernel's dm-zoned.
+//!
+//! ```text
+//! zonedd engine-io --backend DEV write --offset O --len L [--file F | --pattern SEED] [--fua] [--flush]
+//! zonedd engine-io --backend DEV read  --offset O --len L [--file F | --pattern SEED]
+//! zonedd engine-io --backend DEV --script FILE      one engine session, one step a line
+//! zonedd engine-io pattern --pattern SEED --offset O --len L [--file F]   (no backend)
+//! ```
+//!
+//! Without `--file` a write reads stdin and a read writes stdout. `--pattern SEED` stands for
+//! generated data (a write writes it, a read compares against it and fails at the first
+//! difference): every 8-byte word is a hash of the seed and its absolute offset, so a block
+//! that lands in the wrong place never matches; seed 0 is all zeros. `pattern` prints that
+//! data, so that the same bytes can be written or compared through another device (dm-zoned).
+//! Offsets and lengths take K/M/G suffixes and must be multiples of 4096. Script lines are a
+//! step's arguments (`write --offset 64M --len 1M --pattern 3 --fua`, `flush`); blank lines
+//! and `#` comments are skipped. The engine is closed at the end (its log folded into the v2
+//! metadata sets), so the kernel's dm-zoned can load the volume right after.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Parser;
+use dmz::engine::{Engine, EngineError, EngineOptions};
 
 use super::CliError;
 
-#[derive(clap::Args)]
-pub struct Args {}
+const BLOCK: u64 = 4096;
+/// Bytes per engine call: large requests go in pieces of this size, as a block device would
+/// split them.
+const PIECE: usize = 1 << 20;
 
-pub fn run(_args: Args) -> Result<(), CliError> {
-    Err(CliError::Failed("engine-io: not implemented yet".into()))
+#[derive(clap::Args)]
+pub struct Args {
+    /// Formatted zoned block device or emulated image.
+    #[arg(long, value_name = "PATH")]
+    pub backend: Option<PathBuf>,
+    /// Run the steps of FILE (one a line, same arguments as a single step) in one session.
+    #[arg(long, value_name = "FILE", conflicts_with = "op")]
+    pub script: Option<PathBuf>,
+    #[command(flatten)]
+    pub step: StepArgs,
+}
+
+/// One operation: the command line's, or one line of a script.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StepArgs {
+    /// read, write, flush, or pattern (print generated data; needs no backend).
+    #[arg(value_enum)]
+    pub op: Option<Op>,
+    /// Byte offset on the exposed device (K/M/G suffixes; a multiple of 4096).
+    #[arg(long, value_name = "BYTES")]
+    pub offset: Option<String>,
+    /// Bytes to transfer (K/M/G suffixes; a multiple of 4096).
+    #[arg(long, value_name = "BYTES")]
+    pub len: Option<String>,
+    /// Data file: written from (its first LEN bytes) or read into (created or truncated).
+    #[arg(long, value_name = "FILE", conflicts_with = "pattern")]
+    pub file: Option<PathBuf>,
+    /// Generated data of this seed instead of a file (a read compares against it).
+    #[arg(long, value_name = "SEED")]
+    pub pattern: Option<u64>,
+    /// Write with FUA (durable when the call returns).
+    #[arg(long)]
+    pub fua: bool,
+    /// Flush the engine after the write.
+    #[arg(long)]
+    pub flush: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Read,
+    Write,
+    Flush,
+    Pattern,
+}
+
+/// A script line, parsed with the same definitions as the command line.
+#[derive(Parser)]
+#[command(no_binary_name = true, disable_help_flag = true)]
+struct ScriptLine {
+    #[command(flatten)]
+    step: StepArgs,
+}
+
+/// A validated step.
+#[derive(Debug)]
+struct Step {
+    op: Op,
+    offset: u64,
+    len: u64,
+    data: Data,
+    fua: bool,
+    flush: bool,
+}
+
+#[derive(Debug)]
+enum Data {
+    File(PathBuf),
+    Pattern(u64),
+    Stdio,
+}
+
+pub fn run(args: Args) -> Result<(), CliError> {
+    let steps = match &args.script {
+        Some(path) => read_script(path)?,
+        None => {
+            if args.step.op.is_none() {
+                return Err(CliError::Usage(
+                    "engine-io: give an operation (read, write, flush, pattern) or --script FILE"
+                        .into(),
+                ));
+            }
+            vec![step(&args.step)?]
+        }
+    };
+    if steps.iter().all(|s| s.op == Op::Pattern) {
+        for s in &steps {
+            print_pattern(s)?;
+        }
+        return Ok(());
+    }
+    let Some(path) = &args.backend else {
+        return Err(CliError::Usage(
+            "engine-io: --backend PATH is required".into(),
+        ));
+    };
+    let engine = open(path)?;
+    let result = steps.iter().try_for_each(|s| run_step(&engine, s));
+    // Close even after a failed step: what was written stays consistent for the next opener.
+    let closed = engine
+        .close()
+        .map_err(|e| CliError::Failed(format!("{}: closing the engine: {e}", path.display())));
+    result.and(closed)
+}
+
+fn open(path: &Path) -> Result<Engine, CliError> {
+    let p = path.display();
+    let dev = zbd::open(path).map_err(|e| match e {
+        zbd::ZbdError::Open(_) | zbd::ZbdError::Invalid(_) => CliError::Usage(e.to_string()),
+        e => CliError::Failed(format!("{p}: {e}")),
+    })?;
+    Engine::open(Arc::from(dev), EngineOptions::default()).map_err(|e| match e {
+        EngineError::Format(dmz::format::FormatError::NotFormatted(_)) => CliError::Usage(format!(
+            "{p}: no valid dm-zoned superblock: not formatted? run `zonedd format --backend {p}`"
+        )),
+        e => CliError::Failed(format!("{p}: opening the engine: {e}")),
+    })
+}
+
+fn read_script(path: &Path) -> Result<Vec<Step>, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
+    let mut steps = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = |msg: String| CliError::Usage(format!("{}:{}: {msg}", path.display(), i + 1));
+        let parsed = ScriptLine::try_parse_from(line.split_whitespace())
+            .map_err(|e| at(first_line(&e.to_string())))?;
+        if parsed.step.op.is_none() {
+            return Err(at("no operation (read, write, flush, pattern)".into()));
+        }
+        if parsed.step.file.is_none() && parsed.step.pattern.is_none() {
+            // stdin/stdout belong to the whole run, not to one of its steps.
+            if matches!(parsed.step.op, Some(Op::Read | Op::Write)) {
+                return Err(at("a script step needs --file or --pattern".into()));
+            }
+        }
+        steps.push(step(&parsed.step).map_err(|e| at(e.to_string()))?);
+    }
+    Ok(steps)
+}
+
+fn first_line(s: &str) -> String {
+    s.lines()
+        .next()
+        .unwrap_or("")
+        .trim_start_matches("error: ")
+        .to_string()
+}
+
+fn size(name: &str, v: &Option<String>) -> Result<u64, CliError> {
+    let v = v
+        .as_deref()
+        .ok_or_else(|| CliError::Usage(format!("{name} is required")))?;
+    let n = zbd::parse_size(v).map_err(|e| CliError::Usage(format!("{name}: {e}")))?;
+    if n % BLOCK != 0 {
+        return Err(CliError::Usage(format!(
+            "{name} {n} is not a multiple of 4096"
+        )));
+    }
+    Ok(n)
+}
+
+fn step(a: &StepArgs) -> Result<Step, CliError> {
+    let op = a.op.unwrap_or(Op::Read);
+    let data = match (&a.file, a.pattern) {
+        (Some(f), _) => Data::File(f.clone()),
+        (None, Some(seed)) => Data::Pattern(seed),
+        (None, None) => Data::Stdio,
+    };
+    if op == Op::Flush {
+        return Ok(Step {
+            op,
+            offset: 0,
+            len: 0,
+            data,
+            fua: false,
+            flush: true,
+        });
+    }
+    if op == Op::Pattern && a.pattern.is_none() {
+        return Err(CliError::Usage("pattern needs --pattern SEED".into()));
+    }
+    if op != Op::Write && (a.fua || a.flush) {
+        return Err(CliError::Usage("--fua and --flush go with write".into()));
+    }
+    let offset = size("--offset", &a.offset)?;
+    let len = size("--len", &a.len)?;
+    if len == 0 {
+        return Err(CliError::Usage("--len must not be 0".into()));
+    }
+    Ok(Step {
+        op,
+        offset,
+        len,
+        data,
+        fua: a.fua,
+        flush: a.flush,
+    })
+}
+
+fn run_step(engine: &Engine, s: &Step) -> Result<(), CliError> {
+    let failed = |what: &str, e: EngineError| {
+        let msg = format!("{what} {} bytes at {}: {e}", s.len, s.offset);
+        match e {
+            EngineError::Invalid(_) => CliError::Usage(msg),
+            _ => CliError::Failed(msg),
+        }
+    };
+    if s.op != Op::Flush && s.op != Op::Pattern {
+        let cap = engine.capacity();
+        if s.offset.checked_add(s.len).map_or(true, |end| end > cap) {
+            return Err(CliError::Usage(format!(
+                "{} bytes at {} go past the end of the device ({cap} bytes)",
+                s.len, s.offset
+            )));
+        }
+    }
+    match s.op {
+        Op::Pattern => print_pattern(s)?,
+        Op::Flush => engine.flush().map_err(|e| failed("flush after", e))?,
+        Op::Write => {
+            let mut src = Source::new(&s.data, s.len)?;
+            let mut buf = vec![0u8; PIECE.min(s.len as usize)];
+            let mut done = 0u64;
+            while done < s.len {
+                let n = PIECE.min((s.len - done) as usize);
+                let b = &mut buf[..n];
+                src.fill(s.offset + done, b)?;
+                engine
+                    .write(s.offset + done, b, s.fua)
+                    .map_err(|e| failed("write", e))?;
+                done += n as u64;
+            }
+            if s.flush {
+                engine.flush().map_err(|e| failed("flush after", e))?;
+            }
+        }
+        Op::Read => {
+            let mut sink = Sink::new(&s.data)?;
+            let mut buf = vec![0u8; PIECE.min(s.len as usize)];
+            let mut done = 0u64;
+            while done < s.len {
+                let n = PIECE.min((s.len - done) as usize);
+                let b = &mut buf[..n];
+                engine
+                    .read(s.offset + done, b)
+                    .map_err(|e| failed("read", e))?;
+                sink.take(s.offset + done, b)?;
+                done += n as u64;
+            }
+            sink.finish()?;
+        }
+    }
+    Ok(())
+}
+
+fn print_pattern(s: &Step) -> Result<(), CliError> {
+    let Data::Pattern(seed) = s.data else {
+        return Err(CliError::Usage("pattern needs --pattern SEED".into()));
+    };
+    let mut out: Box<dyn Write> = match &s.data {
+        Data::File(f) => Box::new(create(f)?),
+        _ => Box::new(std::io::stdout().lock()),
+    };
+    let mut buf = vec![0u8; PIECE.min(s.len as usize)];
+    let mut done = 0u64;
+    while done < s.len {
+        let n = PIECE.min((s.len - done) as usize);
+        fill_pattern(seed, s.offset + done, &mut buf[..n]);
+        out.write_all(&buf[..n])
+            .map_err(|e| CliError::Failed(format!("writing the pattern: {e}")))?;
+        done += n as u64;
+    }
+    out.flush()
+        .map_err(|e| CliError::Failed(format!("writing the pattern: {e}")))
+}
+
+fn create(f: &Path) -> Result<File, CliError> {
+    File::create(f).map_err(|e| CliError::Failed(format!("{}: {e}", f.display())))
+}
+
+/// Generated data: each 8-byte word is splitmix64 of the seed and the word's absolute index,
+/// so data is tied to its place. Seed 0 is zeros (what unwritten blocks read as).
+pub fn fill_pattern(seed: u64, offset: u64, buf: &mut [u8]) {
+    if seed == 0 {
+        buf.fill(0);
+        return;
+    }
+    let key = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let first = offset / 8;
+    for (i, w) in buf.chunks_exact_mut(8).enumerate() {
+        let mut z = key ^ (first + i as u64).wrapping_mul(0xd1b5_4a32_d192_ed03);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        w.copy_from_slice(&z.to_le_bytes());
+    }
+}
+
+/// Where a write's data comes from.
+enum Source {
+    Reader(Box<dyn Read>, String),
+    Pattern(u64),
+}
+
+impl Source {
+    fn new(d: &Data, len: u64) -> Result<Source, CliError> {
+        Ok(match d {
+            Data::Pattern(seed) => Source::Pattern(*seed),
+            Data::Stdio => Source::Reader(Box::new(std::io::stdin().lock()), "stdin".into()),
+            Data::File(f) => {
+                let file =
+                    File::open(f).map_err(|e| CliError::Usage(format!("{}: {e}", f.display())))?;
+                let have = file
+                    .metadata()
+                    .map_err(|e| CliError::Usage(format!("{}: {e}", f.display())))?
+                    .len();
+                if have < len {
+                    return Err(CliError::Usage(format!(
+                        "{}: {have} bytes, shorter than --len {len}",
+                        f.display()
+                    )));
+                }
+                Source::Reader(Box::new(file), f.display().to_string())
+            }
+        })
+    }
+
+    fn fill(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), CliError> {
+        match self {
+            Source::Pattern(seed) => fill_pattern(*seed, offset, buf),
+            Source::Reader(r, name) => r
+                .read_exact(buf)
+                .map_err(|e| CliError::Failed(format!("{name}: {e} (fewer bytes than --len?)")))?,
+        }
+        Ok(())
+    }
+}
+
+/// Where a read's data goes: a file, stdout, or a comparison with a pattern.
+enum Sink {
+    Writer(Box<dyn Write>, String),
+    Verify(u64, Vec<u8>),
+}
+
+impl Sink {
+    fn new(d: &Data) -> Result<Sink, CliError> {
+        Ok(match d {
+            Data::Pattern(seed) => Sink::Verify(*seed, Vec::new()),
+            Data::Stdio => Sink::Writer(Box::new(std::io::stdout().lock()), "stdout".into()),
+            Data::File(f) => Sink::Writer(Box::new(create(f)?), f.display().to_string()),
+        })
+    }
+
+    fn take(&mut self, offset: u64, data: &[u8]) -> Result<(), CliError> {
+        match self {
+            Sink::Writer(w, name) => w
+                .write_all(data)
+                .map_err(|e| CliError::Failed(format!("{name}: {e}"))),
+            Sink::Verify(seed, want) => {
+                want.resize(data.len(), 0);
+                fill_pattern(*seed, offset, want);
+                if let Some(i) = data.iter().zip(want.iter()).position(|(a, b)| a != b) {
+                    let at = offset + i as u64;
+                    let block = at / BLOCK * BLOCK;
+                    return Err(CliError::Failed(format!(
+                        "data differs from pattern {seed} at byte {at} (block at {block}{})",
+                        if data[(block - offset) as usize..]
+                            .iter()
+                            .take(4096)
+                            .all(|&b| b == 0)
+                        {
+                            ", which reads as zeros"
+                        } else {
+                            ""
+                        }
+                    )));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn finish(self) -> Result<(), CliError> {
+        match self {
+            Sink::Writer(mut w, name) => w
+                .flush()
+                .map_err(|e| CliError::Failed(format!("{name}: {e}"))),
+            Sink::Verify(..) => Ok(()),
+        }
+    }
 }
