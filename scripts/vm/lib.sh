@@ -135,8 +135,11 @@ vm_fetch_kernel() {
         rm -rf "$tmp" "$VM_KDIR"
         mkdir -p "$tmp/root"
         # apt-get download runs as the calling user; as root it warns about _apt's sandbox.
-        (cd "$tmp" && apt-get download -q "$pkg" 2>&1 | grep -v 'unsandboxed as root' >&2) ||
+        if ! (cd "$tmp" && apt-get download -q "$pkg") >"$VM_CACHE/download.log" 2>&1; then
+            cat "$VM_CACHE/download.log" >&2
             vm_die "apt-get download $pkg failed"
+        fi
+        grep -v 'unsandboxed as root' "$VM_CACHE/download.log" >&2 || true
         dpkg-deb -x "$tmp"/*.deb "$tmp/root"
         [ -f "$tmp/root/boot/vmlinuz-$VM_KVER" ] || vm_die "$pkg has no boot/vmlinuz-$VM_KVER"
         [ -d "$tmp/root/lib/modules/$VM_KVER" ] || vm_die "$pkg has no lib/modules/$VM_KVER"
@@ -246,6 +249,9 @@ $VM_CACHE
 $(dirname "$ZONEDD")")"
     } >"$j/job.env"
     cp "$VM_INITRD_BASE" "$rundir/initrd"
+    # An uncompressed archive after a compressed one must start 4-byte aligned, else the kernel
+    # says "invalid magic at start of compressed archive": pad with zeros (which it skips).
+    head -c $(((4 - $(stat -c %s "$rundir/initrd") % 4) % 4)) /dev/zero >>"$rundir/initrd"
     (cd "$j" && echo job.env | busybox cpio -o -H newc -R 0:0 2>/dev/null) >>"$rundir/initrd"
 }
 
