@@ -1,0 +1,88 @@
+//! The daemon commands' behaviour that a host without ublk can check: clear errors and exit
+//! codes, and the installed unit. (Everything that needs /dev/ublk-control runs in the VM:
+//! tests/vm/ublk-*.sh.)
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn zonedd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zonedd"))
+        .args(args)
+        .env("ZONEDD_RUN_DIR", std::env::temp_dir().join("zonedd-cli-daemon-test"))
+        .output()
+        .expect("run zonedd")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn have_ublk() -> bool {
+    Path::new("/dev/ublk-control").exists()
+}
+
+#[test]
+fn create_without_ublk_drv_says_how_to_load_it() {
+    let o = zonedd(&["create", "--backend", "mem:64M"]);
+    assert!(!o.status.success(), "create succeeded: {o:?}");
+    if have_ublk() {
+        eprintln!("skipped the ublk_drv hint assertion: /dev/ublk-control exists here");
+        return;
+    }
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("ublk_drv is not loaded: run `modprobe ublk_drv`"), "{e}");
+    assert!(o.stdout.is_empty(), "printed a device without one");
+}
+
+#[test]
+fn list_and_delete_without_ublk_drv_give_the_same_hint() {
+    if have_ublk() {
+        eprintln!("skipped: /dev/ublk-control exists here");
+        return;
+    }
+    for args in [&["list"][..], &["delete", "0"][..], &["recover", "0"][..]] {
+        let o = zonedd(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&o).contains("modprobe ublk_drv"), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn delete_needs_an_id_or_all() {
+    let o = zonedd(&["delete"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn status_of_a_device_without_daemon_fails_clearly() {
+    let o = zonedd(&["status", "4242"]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("ublk device 4242 has no running zonedd daemon"), "{e}");
+}
+
+#[test]
+fn install_unit_prints_a_notify_unit_running_this_binary() {
+    let o = zonedd(&["install-unit", "--print"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let unit = String::from_utf8(o.stdout).unwrap();
+    let bin = std::fs::canonicalize(env!("CARGO_BIN_EXE_zonedd")).unwrap();
+    let start = format!(
+        "ExecStart={} create --backend %f --foreground --recover-if-present",
+        bin.display()
+    );
+    assert!(unit.contains(&start), "{unit}");
+    assert!(unit.contains("Type=notify"));
+    assert!(unit.contains(&format!("ExecStop={} delete --backend %f", bin.display())));
+}
+
+#[test]
+fn install_unit_writes_the_unit_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = zonedd(&["install-unit", "--dir", dir.path().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(dir.path().join("zonedd@.service")).unwrap();
+    assert!(text.contains("Restart=on-failure"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("systemd-escape --path"));
+}
