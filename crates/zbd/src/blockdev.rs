@@ -12,6 +12,13 @@
 //!   caller's threads, which never contend on a ring. Where io_uring is unavailable
 //!   (seccomp, old kernel) the same calls fall back to `pread`/`pwrite`. Caller buffers that
 //!   are not 4096-aligned go through an aligned bounce buffer.
+//! - **Reads past the write pointer return zeros** as the trait promises, although devices
+//!   differ (null_blk fills them with 0xff): the backend caches each zone's readable end
+//!   (write pointer, or capacity when full) from every zone report and from its own writes
+//!   and zone operations, reads only below it and zero-fills the rest.
+//! - **After a failed write** the zone is re-reported: the kernel (6.12+, zone write
+//!   plugging) fails every later write to that zone until a zone report refreshes its
+//!   cached write pointer.
 //! - The rules of [`ZonedDevice`] are checked here before the kernel sees a request
 //!   (alignment to 4096, bounds, no zone crossing: the block layer would silently split a
 //!   crossing bio at the zone boundary). Writes to one zone are serialised by a per-zone
@@ -28,6 +35,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `struct blk_zone` (include/uapi/linux/blkzoned.h). Positions in 512-byte sectors.
 #[repr(C)]
@@ -296,7 +304,12 @@ pub struct BlockDev {
     model: String,
     sequential: Vec<bool>,
     zone_locks: Vec<Mutex<()>>,
+    /// Per zone: bytes from the zone start that hold data ([`OFFLINE`] for offline zones).
+    readable: Vec<AtomicU64>,
 }
+
+/// `readable` value of an offline zone: reads go to the device, which fails them.
+const OFFLINE: u64 = u64::MAX;
 
 fn read_u32_attr(path: &Path, attr: &str) -> u32 {
     crate::sysfs_queue_attr(path, attr)
@@ -367,6 +380,7 @@ impl BlockDev {
             model,
             sequential: Vec::new(),
             zone_locks: (0..nr).map(|_| Mutex::new(())).collect(),
+            readable: (0..nr).map(|_| AtomicU64::new(OFFLINE)).collect(),
         };
         let zones = dev.report_zones(0, nr)?;
         dev.sequential = zones.iter().map(|z| z.zone_type.is_sequential()).collect();
@@ -390,6 +404,28 @@ impl BlockDev {
             )));
         }
         Ok(dev)
+    }
+
+    /// Records what a zone report says about a zone's readable end.
+    fn note_zone(&self, z: &Zone) {
+        let Some(slot) = self.readable.get(z.id as usize) else {
+            return;
+        };
+        let v = match (z.zone_type, z.cond) {
+            (_, ZoneCondition::Offline) => OFFLINE,
+            (ZoneType::Conventional, _) => self.geo.zone_size,
+            (_, ZoneCondition::Full) => z.capacity,
+            _ => z.wp - z.start,
+        };
+        slot.store(v, Ordering::Release);
+    }
+
+    /// Re-reads one zone (refreshing the caches, the kernel's included); errors are only
+    /// logged, the caller reports its own.
+    fn refresh(&self, zone: u32) {
+        if let Err(e) = self.report_zones(zone, 1) {
+            tracing::warn!("{}: report of zone {zone} failed: {e}", self.path.display());
+        }
     }
 
     fn range(&self, zone: u32) -> BlkZoneRange {
@@ -445,6 +481,7 @@ impl ZonedDevice for BlockDev {
                         libc::EIO,
                     )
                 })?;
+                self.note_zone(&zone);
                 out.push(zone);
             }
             next += got;
@@ -454,8 +491,22 @@ impl ZonedDevice for BlockDev {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        check_io(&self.geo, offset, buf.len() as u64, "read")?;
-        direct_read(self.file.as_raw_fd(), buf, offset).map_err(|source| ZbdError::Io {
+        let z = check_io(&self.geo, offset, buf.len() as u64, "read")?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let rel = offset - self.geo.zone_start(z);
+        let limit = self.readable[z as usize].load(Ordering::Acquire);
+        let n = if limit == OFFLINE {
+            buf.len()
+        } else {
+            limit.saturating_sub(rel).min(buf.len() as u64) as usize
+        };
+        buf[n..].fill(0);
+        if n == 0 {
+            return Ok(());
+        }
+        direct_read(self.file.as_raw_fd(), &mut buf[..n], offset).map_err(|source| ZbdError::Io {
             what: format!("read {} at {offset:#x}", self.path.display()),
             source,
         })
@@ -474,11 +525,24 @@ impl ZonedDevice for BlockDev {
         let _zl = self.sequential[z as usize].then(|| self.zone_locks[z as usize].lock());
         let mut pos = offset;
         for b in bufs {
-            direct_write(self.file.as_raw_fd(), b, pos).map_err(|source| ZbdError::Io {
-                what: format!("write {} at {pos:#x}", self.path.display()),
-                source,
-            })?;
+            if let Err(source) = direct_write(self.file.as_raw_fd(), b, pos) {
+                if self.sequential[z as usize] {
+                    self.refresh(z);
+                }
+                return Err(ZbdError::Io {
+                    what: format!("write {} at {pos:#x}", self.path.display()),
+                    source,
+                });
+            }
             pos += b.len() as u64;
+        }
+        if self.sequential[z as usize] {
+            let end = offset + len - self.geo.zone_start(z);
+            let slot = &self.readable[z as usize];
+            // Writes to this zone are serialised by its lock.
+            if slot.load(Ordering::Acquire) != OFFLINE {
+                slot.store(end.min(self.geo.zone_capacity), Ordering::Release);
+            }
         }
         Ok(())
     }
@@ -497,20 +561,22 @@ impl ZonedDevice for BlockDev {
             ));
         }
         let _zl = self.zone_locks[zone as usize].lock();
-        let r = self.range(zone);
+        let range = self.range(zone);
         let fd = self.file.as_raw_fd();
         let what = format!("{}: {op} zone {zone}", self.path.display());
         // SAFETY: each ioctl reads one blk_zone_range from a valid pointer to a local.
-        unsafe {
+        let r = unsafe {
             match op {
-                ZoneOp::Reset => ioctl::reset_zone(fd, &r),
-                ZoneOp::Open => ioctl::open_zone(fd, &r),
-                ZoneOp::Close => ioctl::close_zone(fd, &r),
-                ZoneOp::Finish => ioctl::finish_zone(fd, &r),
+                ZoneOp::Reset => ioctl::reset_zone(fd, &range),
+                ZoneOp::Open => ioctl::open_zone(fd, &range),
+                ZoneOp::Close => ioctl::close_zone(fd, &range),
+                ZoneOp::Finish => ioctl::finish_zone(fd, &range),
             }
         }
-        .map_err(sys_err(what))?;
-        Ok(())
+        .map_err(sys_err(what));
+        // Whatever happened, learn the zone's new state (and let the kernel resync).
+        self.refresh(zone);
+        r.map(|_| ())
     }
 
     fn reset_all(&self) -> Result<()> {

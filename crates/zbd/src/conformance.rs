@@ -8,10 +8,11 @@
 //! (conventional zones, open/active limits, settable zone conditions) are reported as
 //! skipped.
 //!
-//! Accepted errnos: writes off the write pointer, to full / read-only / offline zones and
-//! I/O crossing a zone end fail with EIO (the kernel's errno for a drive's rejection; the
-//! crossing checks also accept EINVAL); unaligned or out-of-range I/O with EINVAL (or
-//! EIO); the open limit with ETOOMANYREFS, the active limit with EOVERFLOW.
+//! Accepted errnos: writes off the write pointer, to full / read-only / offline zones fail
+//! with EIO (EREMOTEIO through the SCSI stack, where a drive's check condition becomes
+//! BLK_STS_TARGET); I/O crossing a zone end with those or EINVAL; unaligned I/O with
+//! EINVAL; out-of-range I/O with EINVAL or a drive error; the open limit with
+//! ETOOMANYREFS, the active limit with EOVERFLOW.
 
 use crate::{Geometry, ZbdError, Zone, ZoneCondition, ZoneOp, ZoneType, ZonedDevice, BLOCK_SIZE};
 
@@ -41,6 +42,11 @@ enum Status {
 }
 
 const B: u64 = BLOCK_SIZE;
+
+/// A drive's rejection: EIO, or EREMOTEIO through the SCSI stack (a check condition).
+const DRIVE: &[i32] = &[libc::EIO, libc::EREMOTEIO];
+/// Crossing a zone end: rejected by the drive or before it.
+const CROSS: &[i32] = &[libc::EIO, libc::EREMOTEIO, libc::EINVAL];
 
 /// Runs every check. `report` gets one call per check: its name and `Ok` or the failure.
 /// A skipped check is reported `Ok` with a name ending in `(skipped: why)`.
@@ -406,14 +412,14 @@ impl<'a> Ctx<'a> {
         let z = self.seq_zone(0)?;
         expect_err(
             self.dev.write_at(&pattern(5, B), z.start + B),
-            &[libc::EIO],
+            DRIVE,
             "write one block past the write pointer of an empty zone",
         )?;
         self.expect_zone(z.id, ZoneCondition::Empty, Some(0))?;
         self.write(z.start, &pattern(6, B))?;
         expect_err(
             self.dev.write_at(&pattern(7, B), z.start + 2 * B),
-            &[libc::EIO],
+            DRIVE,
             "write one block past the write pointer",
         )?;
         self.expect_zone(z.id, ZoneCondition::ImplicitOpen, Some(B))?;
@@ -427,7 +433,7 @@ impl<'a> Ctx<'a> {
         self.write(z.start, &a)?;
         expect_err(
             self.dev.write_at(&pattern(9, B), z.start + B),
-            &[libc::EIO],
+            DRIVE,
             "rewrite a block below the write pointer",
         )?;
         self.expect_zone(z.id, ZoneCondition::ImplicitOpen, Some(2 * B))?;
@@ -459,7 +465,7 @@ impl<'a> Ctx<'a> {
         let mut b = vec![0u8; 2 * B as usize];
         expect_err(
             self.dev.read_at(&mut b, self.geo.zone_size - B),
-            &[libc::EIO, libc::EINVAL],
+            CROSS,
             "read across the end of zone 0",
         )?;
         Ok(Status::Passed)
@@ -473,7 +479,7 @@ impl<'a> Ctx<'a> {
             self.write(end - B, &a)?;
             expect_err(
                 self.dev.write_at(&pattern(12, 2 * B), end - B),
-                &[libc::EIO, libc::EINVAL],
+                CROSS,
                 "write across the end of a conventional zone",
             )?;
             self.expect_data(end - B, &a)?;
@@ -487,7 +493,7 @@ impl<'a> Ctx<'a> {
         expect_err(
             self.dev
                 .write_at(&pattern(13, 2 * B), z.start + z.capacity - B),
-            &[libc::EIO, libc::EINVAL],
+            CROSS,
             "write across the end (capacity) of a sequential zone",
         )?;
         self.expect_zone(z.id, ZoneCondition::ImplicitOpen, Some(z.capacity - B))?;
@@ -509,13 +515,13 @@ impl<'a> Ctx<'a> {
         if z.capacity < z.len {
             expect_err(
                 self.dev.write_at(&pattern(14, B), z.start + z.capacity),
-                &[libc::EIO, libc::EINVAL],
+                CROSS,
                 "write past the capacity of a full zone",
             )?;
         }
         expect_err(
             self.dev.write_at(&pattern(14, B), z.start),
-            &[libc::EIO],
+            DRIVE,
             "write at the start of a full zone",
         )?;
         // `fill` seeds each 4 MiB chunk by its offset: check the last chunk.
@@ -537,7 +543,7 @@ impl<'a> Ctx<'a> {
         self.expect_zeros(z.start + B, 3 * B)?;
         expect_err(
             self.dev.write_at(&pattern(16, B), z.start + B),
-            &[libc::EIO],
+            DRIVE,
             "write to a finished zone",
         )?;
         // Finish of an empty zone.
@@ -784,14 +790,10 @@ impl<'a> Ctx<'a> {
         let mut b = vec![0u8; B as usize];
         expect_err(
             self.dev.read_at(&mut b, end),
-            &[libc::EINVAL, libc::EIO],
+            CROSS,
             "read at the device end",
         )?;
-        expect_err(
-            self.dev.write_at(&b, end),
-            &[libc::EINVAL, libc::EIO],
-            "write at the device end",
-        )?;
+        expect_err(self.dev.write_at(&b, end), CROSS, "write at the device end")?;
         ensure(
             self.dev
                 .zone_mgmt(ZoneOp::Reset, self.geo.nr_zones)
@@ -821,12 +823,12 @@ impl<'a> Ctx<'a> {
             self.expect_data(z.start, &a)?;
             expect_err(
                 self.dev.write_at(&pattern(35, B), z.start + B),
-                &[libc::EIO],
+                DRIVE,
                 "write to a read-only zone",
             )?;
             expect_err(
                 self.dev.zone_mgmt(ZoneOp::Reset, z.id),
-                &[libc::EIO],
+                DRIVE,
                 "reset of a read-only zone",
             )?;
             self.expect_data(z.start, &a)
@@ -848,18 +850,18 @@ impl<'a> Ctx<'a> {
             let mut b = vec![0u8; B as usize];
             expect_err(
                 self.dev.read_at(&mut b, z.start),
-                &[libc::EIO],
+                DRIVE,
                 "read from an offline zone",
             )?;
             expect_err(
                 self.dev.write_at(&b, z.start + B),
-                &[libc::EIO],
+                DRIVE,
                 "write to an offline zone",
             )?;
             for op in [ZoneOp::Reset, ZoneOp::Open, ZoneOp::Finish] {
                 expect_err(
                     self.dev.zone_mgmt(op, z.id),
-                    &[libc::EIO],
+                    DRIVE,
                     &format!("{op} of an offline zone"),
                 )?;
             }
