@@ -1,0 +1,525 @@
+//! The bad-input table (docs/bad-input.md), one test per row: the exact command, its exit code
+//! and the key words of the one-line error the user sees.
+//!
+//! Rows that need ublk (create/list/delete/recover) are checked for what this machine is:
+//! without /dev/ublk-control (this host) they must say that ublk_drv is missing; the rows that
+//! only a VM with ublk can show (second daemon, create on an unformatted backend, not root with
+//! ublk loaded) are listed in docs/bad-input.md with the VM scenario that covers them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use zbd::{EmulateOptions, Emulated, ZonedDevice};
+
+const MIB: u64 = 1 << 20;
+
+/// Tests run one at a time: an image's flock lives as long as any copy of its fd, and a child
+/// forked by a parallel test holds copies until it execs, so a test reopening its own image
+/// could find it "in use" (EBUSY).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn zonedd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zonedd"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run zonedd")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The row's contract: exit code, and one stderr line `zonedd: ...` holding every key word.
+#[track_caller]
+fn refused(o: &Output, code: i32, words: &[&str]) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    // The row as docs/bad-input.md shows it (visible with --nocapture).
+    eprintln!(
+        "row: exit {:?} | {}",
+        o.status.code(),
+        lines.last().unwrap_or(&"")
+    );
+    assert_eq!(o.status.code(), Some(code), "{}", text(o));
+    assert_eq!(lines.len(), 1, "one line expected: {}", text(o));
+    assert!(lines[0].starts_with("zonedd: "), "{}", text(o));
+    for w in words {
+        assert!(lines[0].contains(w), "missing {w:?}: {}", text(o));
+    }
+}
+
+/// An emulated image: `zones` zones of 1 MiB, the first `conv` conventional.
+fn image(dir: &Path, name: &str, zones: u64, conv: u32) -> PathBuf {
+    let path = dir.join(name);
+    let mut opts = EmulateOptions::new(zones * MIB, MIB);
+    opts.conventional = conv;
+    drop(Emulated::create(&path, &opts).expect("create image"));
+    path
+}
+
+/// A formatted 48-zone image (8 conventional); returns it and its layout.
+fn formatted(dir: &Path) -> (PathBuf, dmz::format::Layout) {
+    let path = image(dir, "d.img", 48, 8);
+    let dev = zbd::open(&path).unwrap();
+    let opts = dmz::sets::FormatOptions {
+        label: Some("bad".into()),
+        reserved_seq: 4,
+    };
+    let l = dmz::sets::format_device(dev.as_ref(), &opts, &mut |_, _| {}).unwrap();
+    (path, l)
+}
+
+/// Rewrite the superblock block of `set` through `f`, optionally re-sealing its CRC.
+fn edit_superblock(
+    path: &Path,
+    l: &dmz::format::Layout,
+    set: usize,
+    seal: bool,
+    f: impl Fn(&mut [u8]),
+) {
+    let dev = zbd::open(path).unwrap();
+    let off = l.mblk_offset(set, 0);
+    let mut b = vec![0u8; 4096];
+    dev.read_at(&mut b, off).unwrap();
+    f(&mut b);
+    if seal {
+        let gen = u64::from_le_bytes(b[8..16].try_into().unwrap());
+        b[44..48].fill(0);
+        let crc = dmz::format::linux_crc32(gen as u32, &b);
+        b[44..48].copy_from_slice(&crc.to_le_bytes());
+    }
+    dev.write_at(&b, off).unwrap();
+    dev.flush().unwrap();
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+fn ublk_loaded() -> bool {
+    Path::new("/dev/ublk-control").exists()
+}
+
+/// The block device holding `/` (e.g. /dev/vda), when it is one.
+fn root_block_device() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    for l in info.lines() {
+        let f: Vec<&str> = l.split(' ').collect();
+        if f.get(4) != Some(&"/") {
+            continue;
+        }
+        let sep = f.iter().position(|&x| x == "-")?;
+        let src = f.get(sep + 2)?.to_string();
+        use std::os::unix::fs::FileTypeExt;
+        let is_blk = std::fs::metadata(&src)
+            .map(|m| m.file_type().is_block_device())
+            .unwrap_or(false);
+        if is_blk {
+            return Some(src);
+        }
+    }
+    None
+}
+
+/// A non-zoned block device this process can open for reading: /'s device or a loop device.
+fn plain_block_device() -> Option<String> {
+    let loops = (0..8).map(|i| format!("/dev/loop{i}"));
+    root_block_device().into_iter().chain(loops).find(|d| {
+        matches!(
+            zbd::sysfs_zoned_model(Path::new(d)).as_deref(),
+            Some("none")
+        ) && std::fs::File::open(d).is_ok()
+    })
+}
+
+// --- backend state --------------------------------------------------------------------------
+
+#[test]
+fn unformatted_backend() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = image(d.path(), "u.img", 48, 8);
+    let o = zonedd(&["check", p(&img)]);
+    refused(
+        &o,
+        2,
+        &["no valid dm-zoned superblock", "zonedd format --backend"],
+    );
+}
+
+#[test]
+fn metadata_v1_superblocks() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let (img, l) = formatted(d.path());
+    for set in 0..2 {
+        edit_superblock(&img, &l, set, true, |b| {
+            b[4..8].copy_from_slice(&1u32.to_le_bytes())
+        });
+    }
+    // Like "not formatted": the device holds something zonedd does not read, which is the
+    // user's to fix (exit 2), and it is not corruption.
+    let o = zonedd(&["check", p(&img)]);
+    refused(&o, 2, &["metadata v1 is not supported", "v2"]);
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("corrupt"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn one_corrupt_superblock_is_found_then_repaired() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let (img, l) = formatted(d.path());
+    edit_superblock(&img, &l, 0, false, |b| b[100] ^= 0xff);
+    let o = zonedd(&["check", p(&img)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("1 error(s) detected") && last.contains("--repair"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("bad superblock CRC"),
+        "{}",
+        text(&o)
+    );
+    let o = zonedd(&["check", p(&img), "--repair"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = zonedd(&["check", p(&img)]);
+    assert_eq!(o.status.code(), Some(0), "after repair: {}", text(&o));
+}
+
+#[test]
+fn both_superblocks_corrupt() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let (img, l) = formatted(d.path());
+    for set in 0..2 {
+        edit_superblock(&img, &l, set, false, |b| b[100] ^= 0xff);
+    }
+    let o = zonedd(&["check", p(&img)]);
+    refused(
+        &o,
+        1,
+        &["corrupt superblock", "superblock 0", "superblock 1", "CRC"],
+    );
+    let o = zonedd(&["check", p(&img), "--repair"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("corrupt superblock"),
+        "{}",
+        text(&o)
+    );
+}
+
+// --- device shape ---------------------------------------------------------------------------
+
+#[test]
+fn device_too_small() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("s.img");
+    let o = zonedd(&["emulate", p(&img), "--size", "2M", "--zone-size", "1M"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = zonedd(&["format", "--backend", p(&img)]);
+    refused(&o, 2, &["not enough conventional zones", "at least 3"]);
+}
+
+#[test]
+fn too_small_for_metadata_and_reserved_zones() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = image(d.path(), "s4.img", 4, 3);
+    let o = zonedd(&["format", "--backend", p(&img)]);
+    refused(&o, 2, &["not enough zones", "4 usable", "reserved"]);
+}
+
+#[test]
+fn too_few_conventional_zones() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = image(d.path(), "c2.img", 32, 2);
+    let o = zonedd(&["format", "--backend", p(&img)]);
+    refused(
+        &o,
+        2,
+        &["not enough conventional zones: 2 usable", "at least 3"],
+    );
+}
+
+#[test]
+fn zone_size_not_a_power_of_two() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("z.img");
+    let o = zonedd(&["emulate", p(&img), "--size", "30M", "--zone-size", "3M"]);
+    refused(&o, 2, &["zone size 3M is not a power of two"]);
+    assert!(!img.exists(), "nothing created");
+}
+
+#[test]
+fn zone_size_below_minimum() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("z.img");
+    let o = zonedd(&["emulate", p(&img), "--size", "8M", "--zone-size", "512K"]);
+    refused(&o, 2, &["zone size 512K is below the minimum 1M"]);
+}
+
+#[test]
+fn size_not_a_multiple_of_the_zone_size() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("m.img");
+    let o = zonedd(&["emulate", p(&img), "--size", "10M", "--zone-size", "4M"]);
+    refused(&o, 2, &["size 10M is not a multiple of the zone size 4M"]);
+    assert!(!img.exists(), "nothing created");
+}
+
+#[test]
+fn more_conventional_zones_than_zones() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("c.img");
+    let o = zonedd(&[
+        "emulate",
+        p(&img),
+        "--size",
+        "8M",
+        "--zone-size",
+        "1M",
+        "--conventional",
+        "9",
+    ]);
+    refused(&o, 2, &["9 conventional zones", "only 8 zones"]);
+}
+
+// --- existing content -----------------------------------------------------------------------
+
+#[test]
+fn existing_image_without_force() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = image(d.path(), "e.img", 8, 4);
+    let o = zonedd(&["emulate", p(&img), "--size", "8M", "--zone-size", "1M"]);
+    refused(&o, 2, &["already exists", "--force"]);
+}
+
+#[test]
+fn already_formatted_without_force() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let (img, _) = formatted(d.path());
+    let o = zonedd(&["format", "--backend", p(&img)]);
+    refused(&o, 1, &["already formatted", "label \"bad\"", "--force"]);
+}
+
+#[test]
+fn existing_filesystem_without_force() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = image(d.path(), "fs.img", 48, 8);
+    {
+        // An ext4 superblock magic at byte 1080 of (conventional) zone 0.
+        let dev = zbd::open(&img).unwrap();
+        let mut b = vec![0u8; 4096];
+        b[1080] = 0x53;
+        b[1081] = 0xEF;
+        dev.write_at(&b, 0).unwrap();
+        dev.flush().unwrap();
+    }
+    let o = zonedd(&["format", "--backend", p(&img)]);
+    refused(&o, 1, &["contains an ext2/3/4 filesystem", "--force"]);
+    let o = zonedd(&["format", "--backend", p(&img), "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+#[test]
+fn mounted_device() {
+    let _serial = serial();
+    let Some(dev) = root_block_device() else {
+        eprintln!("SKIP mounted_device: / is not on a plain block device here");
+        return;
+    };
+    // Refused before the device is opened (and it is not zoned either): nothing is written.
+    let o = zonedd(&["format", "--backend", &dev]);
+    refused(&o, 1, &["is mounted on /", "unmount it first"]);
+}
+
+// --- who holds the backend ------------------------------------------------------------------
+
+#[test]
+fn backend_in_use_by_another_process() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let (img, _) = formatted(d.path());
+    // What a running daemon holds: the exclusive open (flock on an image, O_EXCL on a disk).
+    // Busy is a failure to retry (exit 1), like a mounted device or a backend a live ublk
+    // device already serves.
+    let held = zbd::open(&img).unwrap();
+    let o = zonedd(&["check", p(&img)]);
+    refused(&o, 1, &["in use"]);
+    let o = zonedd(&["format", "--backend", p(&img), "--force"]);
+    refused(&o, 1, &["in use"]);
+    drop(held);
+    let o = zonedd(&["check", p(&img)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+// --- environment ----------------------------------------------------------------------------
+
+#[test]
+fn missing_ublk_drv() {
+    let _serial = serial();
+    if ublk_loaded() {
+        eprintln!("SKIP missing_ublk_drv: /dev/ublk-control exists here");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let (img, _) = formatted(d.path());
+    for args in [
+        vec!["create", "--backend", p(&img)],
+        vec!["list"],
+        vec!["delete", "0"],
+        vec!["recover", "0"],
+        vec!["status", "0"],
+    ] {
+        let o = zonedd(&args);
+        refused(&o, 1, &["ublk_drv is not loaded", "modprobe ublk_drv"]);
+    }
+}
+
+#[test]
+fn not_root() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let (img, _) = formatted(d.path());
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_zonedd"))
+            .args(args)
+            .env_remove("RUST_LOG")
+            .output()
+    };
+    let Ok(o) = as_nobody(&["create", "--backend", p(&img)]) else {
+        eprintln!("SKIP not_root: no setpriv");
+        return;
+    };
+    if !nix_is_root() {
+        eprintln!("SKIP not_root: the tests do not run as root");
+        return;
+    }
+    if ublk_loaded() {
+        refused(&o, 1, &["zonedd create needs root"]);
+    } else {
+        // ublk is checked first: the missing module is the first thing to fix.
+        refused(&o, 1, &["ublk_drv is not loaded"]);
+    }
+    // The backend itself (root's, mode 0644 after umask) cannot be opened for writing.
+    let o = as_nobody(&["check", p(&img)]).unwrap();
+    refused(&o, 1, &["Permission denied"]);
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+// --- backend path ---------------------------------------------------------------------------
+
+#[test]
+fn backend_path_missing() {
+    let _serial = serial();
+    let missing = "/nonexistent/zonedd-bad-input.img";
+    let o = zonedd(&["format", "--backend", missing]);
+    refused(&o, 2, &[missing, "No such file or directory"]);
+    let o = zonedd(&["check", missing]);
+    refused(&o, 2, &[missing, "No such file or directory"]);
+    let o = zonedd(&["report", missing]);
+    refused(&o, 2, &[missing, "No such file or directory"]);
+}
+
+#[test]
+fn backend_is_a_plain_file() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("plain.txt");
+    std::fs::write(&f, b"hello").unwrap();
+    let o = zonedd(&["format", "--backend", p(&f)]);
+    refused(
+        &o,
+        2,
+        &[
+            "regular file without the zonedd image header",
+            "zonedd emulate",
+        ],
+    );
+    let o = zonedd(&["check", p(&f)]);
+    refused(&o, 2, &["regular file without the zonedd image header"]);
+    assert_eq!(std::fs::read(&f).unwrap(), b"hello", "left untouched");
+}
+
+#[test]
+fn backend_is_a_character_device() {
+    let _serial = serial();
+    let o = zonedd(&["check", "/dev/null"]);
+    refused(
+        &o,
+        2,
+        &["neither a zoned block device nor an emulated image"],
+    );
+}
+
+#[test]
+fn backend_is_a_regular_block_device() {
+    let _serial = serial();
+    let Some(dev) = plain_block_device() else {
+        eprintln!("SKIP backend_is_a_regular_block_device: no readable non-zoned block device");
+        return;
+    };
+    // check only reads: the first 8 bytes, to look for an emulated image header.
+    let o = zonedd(&["check", &dev]);
+    refused(
+        &o,
+        2,
+        &["is a regular block device", "not zoned", "zonedd emulate"],
+    );
+}
+
+// --- invocation -----------------------------------------------------------------------------
+
+#[test]
+fn bad_format_options() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = image(d.path(), "o.img", 48, 8);
+    let o = zonedd(&["format", "--backend", p(&img), "--reserved-seq", "0"]);
+    refused(&o, 2, &["--reserved-seq must be at least 1"]);
+    let long = "x".repeat(40);
+    let o = zonedd(&["format", "--backend", p(&img), "--label", &long]);
+    refused(&o, 2, &["must be 1 to 31 bytes long"]);
+}
+
+#[test]
+fn bad_create_options_before_environment() {
+    let _serial = serial();
+    // Argument errors are the user's to fix wherever they run: they come first.
+    let o = zonedd(&["create", "--backend", "/nonexistent", "--queues", "0"]);
+    refused(&o, 2, &["--queues must be >= 1"]);
+}
