@@ -79,16 +79,37 @@ fn write_blocks(inner: &Inner, blocks: &[(u64, Box<[u8; BLOCK]>)]) -> Result<(),
 pub(super) fn flush(inner: &Inner, evidence: bool) -> Result<(), EngineError> {
     let (written, hdr) = log_sync(inner, u64::MAX, true, evidence)?;
     let cands = inner.state.lock().zones.flushable_frees(written);
+    dev_flush(inner)?;
+    let need_proof = {
+        let mut st = inner.state.lock();
+        st.log.flushed_seq = st.log.flushed_seq.max(written);
+        st.log.evidence_seq = st.log.evidence_seq.max(hdr);
+        let floor = st.log.evidence_seq.max(st.log.folded_seq);
+        cands
+            .iter()
+            .any(|&z| st.zones.z[z as usize].last_seq >= floor.max(1))
+    };
+    if need_proof {
+        // A freed zone gets overwritten once reused: replay must then trust (not check) the
+        // records that validated its old contents, so make a block proving their flush
+        // durable first.
+        let (_, hdr) = log_sync(inner, u64::MAX, true, true)?;
+        dev_flush(inner)?;
+        let mut st = inner.state.lock();
+        st.log.evidence_seq = st.log.evidence_seq.max(hdr);
+    }
+    let mut st = inner.state.lock();
+    if st.zones.promote(&cands) > 0 {
+        inner.free_cv.notify_all();
+    }
+    Ok(())
+}
+
+fn dev_flush(inner: &Inner) -> Result<(), EngineError> {
     inner
         .dev
         .flush()
         .inspect_err(|e| inner.fail(&EngineError::Meta(format!("device flush: {e}"))))?;
-    let mut st = inner.state.lock();
-    st.log.flushed_seq = st.log.flushed_seq.max(written);
-    st.log.evidence_seq = st.log.evidence_seq.max(hdr);
-    if st.zones.promote(&cands) > 0 {
-        inner.free_cv.notify_all();
-    }
     Ok(())
 }
 
@@ -277,38 +298,34 @@ pub(super) fn log_op(
     Ok(last)
 }
 
-/// Check a Write record at replay: its blocks are below the write pointer of a sequential
-/// zone and, unless a flush is proven to cover it, hold the data it describes.
-fn write_landed(
+/// Check a Write record's blocks at replay: below the write pointer of a sequential zone
+/// and, unless a flush is proven to cover the record, holding the data it describes (each
+/// block on its own: a later logged write may have overwritten some of them in place).
+fn landed_blocks(
     dev: &dyn ZonedDevice,
     zones: &Zones,
     zone_size: u64,
-    rec: &Rec,
+    zone: u32,
+    block: u32,
+    crcs: &[u32],
     proven: bool,
-) -> bool {
-    let Rec::Write {
-        zone,
-        block,
-        count,
-        crc,
-        ..
-    } = rec
-    else {
-        return true;
-    };
-    let zi = &zones.z[*zone as usize];
-    if zi.seq && block + count > zi.wp {
-        return false;
-    }
+) -> Vec<bool> {
+    let zi = &zones.z[zone as usize];
+    let mut ok: Vec<bool> = (0..crcs.len() as u32)
+        .map(|i| !zi.seq || block + i < zi.wp)
+        .collect();
     if proven {
-        return true;
+        return ok;
     }
-    let mut buf = vec![0u8; *count as usize * BLOCK];
-    let off = *zone as u64 * zone_size + *block as u64 * BLOCK as u64;
+    let mut buf = vec![0u8; crcs.len() * BLOCK];
+    let off = zone as u64 * zone_size + block as u64 * BLOCK as u64;
     if dev.read_at(&mut buf, off).is_err() {
-        return false;
+        return vec![false; crcs.len()];
     }
-    crc32fast::hash(&buf) == *crc
+    for (i, c) in crcs.iter().enumerate() {
+        ok[i] &= crc32fast::hash(&buf[i * BLOCK..(i + 1) * BLOCK]) == *c;
+    }
+    ok
 }
 
 /// Whether every zone and chunk number in a record is in range and usable.
@@ -325,10 +342,9 @@ fn rec_in_range(rec: &Rec, nr_zones: u32, nr_chunks: u32, zb: u32) -> bool {
         Rec::Write {
             zone,
             block,
-            count,
             other,
-            ..
-        } => z(*zone) && zo(*other) && *other != *zone && blk(*block, *count),
+            crcs,
+        } => z(*zone) && zo(*other) && *other != *zone && blk(*block, crcs.len() as u32),
         Rec::Invalidate { zone, block, count } => z(*zone) && blk(*block, *count),
         Rec::Free { zone } => z(*zone),
         Rec::Reclaim {
@@ -454,15 +470,61 @@ pub(super) fn load(dev: Arc<dyn ZonedDevice>, opts: EngineOptions) -> Result<Inn
         for (k, rec) in b.recs.iter().enumerate() {
             let seq = b.header.first_seq + k as u64;
             next_seq = seq + 1;
-            if !rec_in_range(rec, layout.nr_zones, layout.nr_chunks, zb)
-                || !write_landed(&*dev, &st.zones, geo.zone_size, rec, seq < proven_below)
-            {
+            if !rec_in_range(rec, layout.nr_zones, layout.nr_chunks, zb) {
                 skipped += 1;
+                continue;
+            }
+            if let Rec::Write {
+                zone,
+                block,
+                other,
+                crcs,
+            } = rec
+            {
+                let ok = landed_blocks(
+                    &*dev,
+                    &st.zones,
+                    geo.zone_size,
+                    *zone,
+                    *block,
+                    crcs,
+                    seq < proven_below,
+                );
+                if ok.iter().any(|x| !x) {
+                    skipped += 1;
+                }
+                // Apply the runs of blocks that landed.
+                let mut i = 0;
+                while i < ok.len() {
+                    if !ok[i] {
+                        i += 1;
+                        continue;
+                    }
+                    let s0 = i;
+                    while i < ok.len() && ok[i] {
+                        i += 1;
+                    }
+                    st.apply_write(
+                        &*dev,
+                        *zone,
+                        block + s0 as u32,
+                        (i - s0) as u32,
+                        *other,
+                        seq,
+                    )?;
+                }
+                applied += 1;
                 continue;
             }
             st.apply(&*dev, rec, seq, false)?;
             applied += 1;
         }
+    }
+    if std::env::var_os("DMZ_DEBUG_REPLAY").is_some() {
+        eprintln!(
+            "replay gen {gen}: {} blocks, next seq {next_seq}, applied {applied} skipped {skipped}",
+            blocks.len()
+        );
     }
     if !blocks.is_empty() {
         info!(

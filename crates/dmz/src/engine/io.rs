@@ -11,7 +11,7 @@ use zbd::ZoneOp;
 use crate::format::BLOCK;
 
 use super::commit::{self, log_op};
-use super::log::{Rec, NONE};
+use super::log::{Rec, MAX_WRITE_BLOCKS, NONE};
 use super::zones::Role;
 use super::{EngineError, Inner, State};
 
@@ -254,8 +254,9 @@ fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, En
     st.zones.touch(target);
     drop(st);
 
+    let cnt = cnt.min(MAX_WRITE_BLOCKS);
     let bytes = &data[..cnt as usize * BLOCK];
-    let crc = crc32fast::hash(bytes);
+    let crcs: Vec<u32> = bytes.chunks(BLOCK).map(crc32fast::hash).collect();
     if let Err(err) = inner.dev_write(bytes, inner.zone_offset(target, b)) {
         if inner.geo.zone_size > 0 {
             resync_wp(inner, target);
@@ -272,9 +273,8 @@ fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, En
         &[Rec::Write {
             zone: target,
             block: b,
-            count: cnt,
-            crc,
             other,
+            crcs,
         }],
     )?;
     let seq = put_chunk(inner, &mut st, chunk)?.unwrap_or(seq);

@@ -11,6 +11,8 @@ use crate::format::BLOCK;
 
 pub(super) const LOG_MAGIC: u32 = 0x474C_5A44; // "DZLG"
 pub(super) const NONE: u32 = u32::MAX;
+/// Blocks one Write record (and one device write) covers at most: 1 MiB, 1 KiB of CRCs.
+pub(super) const MAX_WRITE_BLOCKS: u32 = 256;
 
 // Header layout (little-endian).
 const H_MAGIC: usize = 0;
@@ -33,14 +35,14 @@ pub(super) const PAYLOAD: usize = BLOCK - HEADER;
 pub(super) enum Rec {
     /// The chunk now maps to `dzone` (+ `bzone`); `NONE` for unmapped.
     Map { chunk: u32, dzone: u32, bzone: u32 },
-    /// `count` blocks at `block` of `zone` were written (data CRC `crc`) and are now valid;
-    /// the same blocks of `other` (the chunk's other zone, or `NONE`) are now invalid.
+    /// `crcs.len()` blocks at `block` of `zone` were written (CRC-32 of each block in
+    /// `crcs`, so replay can check every block on its own) and are now valid; the same
+    /// blocks of `other` (the chunk's other zone, or `NONE`) are now invalid.
     Write {
         zone: u32,
         block: u32,
-        count: u32,
-        crc: u32,
         other: u32,
+        crcs: Vec<u32>,
     },
     /// Blocks no longer valid (discard, write-zeroes).
     Invalidate { zone: u32, block: u32, count: u32 },
@@ -80,13 +82,15 @@ impl Rec {
             Rec::Write {
                 zone,
                 block,
-                count,
-                crc,
                 other,
+                crcs,
             } => {
                 out.push(T_WRITE);
-                for v in [*zone, *block, *count, *crc, *other] {
+                for v in [*zone, *block, *other, crcs.len() as u32] {
                     put(out, v);
+                }
+                for c in crcs {
+                    put(out, *c);
                 }
             }
             Rec::Invalidate { zone, block, count } => {
@@ -134,13 +138,25 @@ impl Rec {
                 dzone: get(pos)?,
                 bzone: get(pos)?,
             },
-            T_WRITE => Rec::Write {
-                zone: get(pos)?,
-                block: get(pos)?,
-                count: get(pos)?,
-                crc: get(pos)?,
-                other: get(pos)?,
-            },
+            T_WRITE => {
+                let zone = get(pos)?;
+                let block = get(pos)?;
+                let other = get(pos)?;
+                let n = get(pos)? as usize;
+                if n > MAX_WRITE_BLOCKS as usize {
+                    return None;
+                }
+                let mut crcs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    crcs.push(get(pos)?);
+                }
+                Rec::Write {
+                    zone,
+                    block,
+                    other,
+                    crcs,
+                }
+            }
             T_INVAL => Rec::Invalidate {
                 zone: get(pos)?,
                 block: get(pos)?,
@@ -432,9 +448,8 @@ mod tests {
             Rec::Write {
                 zone: 9,
                 block: 1,
-                count: 4,
-                crc: 0xdead_beef,
                 other: NONE,
+                crcs: vec![1, 2, 0xdead_beef],
             },
             Rec::Invalidate {
                 zone: 2,

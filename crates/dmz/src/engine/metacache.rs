@@ -85,6 +85,8 @@ impl MetaCache {
             self.misses += 1;
             let mut data = Box::new([0u8; BLOCK]);
             sets::read_meta_blocks(dev, &self.layout, 0, mblk, &mut data[..])?;
+            // Make room first: the block asked for must stay resident.
+            self.evict_to(self.limit.saturating_sub(1));
             self.tick += 1;
             self.blocks.insert(
                 mblk,
@@ -95,7 +97,6 @@ impl MetaCache {
                 },
             );
             self.lru.insert(self.tick, mblk);
-            self.evict();
         } else {
             self.tick += 1;
             let t = self.tick;
@@ -110,7 +111,11 @@ impl MetaCache {
     }
 
     fn evict(&mut self) {
-        while self.blocks.len() > self.limit {
+        self.evict_to(self.limit);
+    }
+
+    fn evict_to(&mut self, limit: usize) {
+        while self.blocks.len() > limit {
             let Some((_, mblk)) = self.lru.pop_first() else {
                 break; // everything left is dirty: pinned until the next commit
             };

@@ -293,6 +293,27 @@ impl Inner {
 }
 
 impl State {
+    /// Blocks `[block, block + count)` of `zone` become valid, the same in `other` invalid.
+    pub fn apply_write(
+        &mut self,
+        dev: &dyn ZonedDevice,
+        zone: u32,
+        block: u32,
+        count: u32,
+        other: u32,
+        seq: u64,
+    ) -> Result<(), EngineError> {
+        let c = self.meta.set_range(dev, zone, block, count, true)?;
+        let zi = &mut self.zones.z[zone as usize];
+        zi.weight += c;
+        zi.last_seq = seq;
+        if other != NONE {
+            let c = self.meta.set_range(dev, other, block, count, false)?;
+            self.zones.z[other as usize].weight -= c;
+        }
+        Ok(())
+    }
+
     /// Apply one record to the in-memory metadata (runtime and replay share this).
     /// `seq` is the record's sequence number; `runtime` releases freed zones into the
     /// pending pool (at load the pools are rebuilt afterwards).
@@ -319,19 +340,9 @@ impl State {
             Rec::Write {
                 zone,
                 block,
-                count,
                 other,
-                ..
-            } => {
-                let c = self.meta.set_range(dev, *zone, *block, *count, true)?;
-                let zi = &mut self.zones.z[*zone as usize];
-                zi.weight += c;
-                zi.last_seq = seq;
-                if *other != NONE {
-                    let c = self.meta.set_range(dev, *other, *block, *count, false)?;
-                    self.zones.z[*other as usize].weight -= c;
-                }
-            }
+                crcs,
+            } => self.apply_write(dev, *zone, *block, crcs.len() as u32, *other, seq)?,
             Rec::Invalidate { zone, block, count } => {
                 let c = self.meta.set_range(dev, *zone, *block, *count, false)?;
                 self.zones.z[*zone as usize].weight -= c;
@@ -495,6 +506,78 @@ impl Engine {
         }
     }
 
+    /// Diagnostics: a chunk's mapping and its zones, one line.
+    #[doc(hidden)]
+    pub fn debug_chunk(&self, chunk: u32) -> String {
+        let st = self.inner.state.lock();
+        let e = st.meta.map[chunk as usize];
+        let z = |z: u32| {
+            if z == NONE {
+                "-".to_string()
+            } else {
+                format!("{z}:{:?}", st.zones.z[z as usize])
+            }
+        };
+        format!(
+            "chunk {chunk}: dzone {} bzone {} (log epoch {}, next seq {})",
+            z(e.dzone),
+            z(e.bzone),
+            st.log.epoch,
+            st.log.next_seq
+        )
+    }
+
+    /// Diagnostics: check the in-memory invariants (weights match bitmaps, no block valid
+    /// in both zones of a chunk, nothing valid past a sequential write pointer).
+    #[doc(hidden)]
+    pub fn debug_check(&self) -> Result<(), String> {
+        let i = &self.inner;
+        let _c: Vec<_> = i.chunk_locks.iter().map(|l| l.write()).collect();
+        let mut st = i.state.lock();
+        let zb = i.zone_blocks;
+        for z in 0..st.zones.z.len() as u32 {
+            let zi = st.zones.z[z as usize];
+            if zi.role == Role::Meta {
+                continue;
+            }
+            let mut v = Vec::new();
+            st.meta
+                .bits(&*i.dev, z, 0, zb, &mut v)
+                .map_err(|e| e.to_string())?;
+            let w = v.iter().filter(|&&x| x).count() as u32;
+            if w != zi.weight {
+                return Err(format!(
+                    "zone {z}: weight {} but {w} bits ({zi:?})",
+                    zi.weight
+                ));
+            }
+            if zi.seq && v[zi.wp as usize..].iter().any(|&x| x) {
+                return Err(format!("zone {z}: bits past wp ({zi:?})"));
+            }
+        }
+        for c in 0..st.meta.map.len() as u32 {
+            let e = st.meta.map[c as usize];
+            if e.dzone != NONE && e.bzone != NONE {
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                st.meta
+                    .bits(&*i.dev, e.dzone, 0, zb, &mut a)
+                    .map_err(|e| e.to_string())?;
+                st.meta
+                    .bits(&*i.dev, e.bzone, 0, zb, &mut b)
+                    .map_err(|e| e.to_string())?;
+                if let Some(k) = (0..zb as usize).find(|&k| a[k] && b[k]) {
+                    return Err(format!("chunk {c}: block {k} valid in both zones"));
+                }
+            }
+            for z in [e.dzone, e.bzone] {
+                if z != NONE && st.zones.z[z as usize].chunk != c {
+                    return Err(format!("chunk {c}: zone {z} owned by another chunk"));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Ask reclaim to run a pass now, whatever the watermarks say.
     pub fn trigger_reclaim(&self) {
         self.inner.kick_reclaim();
@@ -520,6 +603,18 @@ impl Engine {
     /// committing, as a daemon killed with SIGKILL would.
     pub fn crash_for_test(mut self) {
         self.stop_threads();
+        if std::env::var_os("DMZ_DEBUG_REPLAY").is_some() {
+            let st = self.inner.state.lock();
+            eprintln!(
+                "crash: epoch {} next_seq {} written {} flushed {} cur_idx {} gen {}",
+                st.log.epoch,
+                st.log.next_seq,
+                st.log.written_seq,
+                st.log.flushed_seq,
+                st.log.cur_idx,
+                self.inner.sb.lock().gen
+            );
+        }
         self.closed = true;
     }
 

@@ -48,5 +48,15 @@ pub fn pattern(id: u64, block: u64, out: &mut [u8]) {
                 .wrapping_add(k as u64);
             w.copy_from_slice(&v.to_le_bytes());
         }
+        b[..8].copy_from_slice(&id.to_le_bytes());
+        b[8..16].copy_from_slice(&(block + i as u64).to_le_bytes());
     }
+}
+
+/// (write id, block) a pattern block was made for; (0, 0) for zeros.
+pub fn pattern_of(b: &[u8]) -> (u64, u64) {
+    (
+        u64::from_le_bytes(b[..8].try_into().unwrap()),
+        u64::from_le_bytes(b[8..16].try_into().unwrap()),
+    )
 }
