@@ -254,3 +254,18 @@ fn power_cut_over_an_emulated_image() {
     assert_eq!(read(&f, 2 * Z + 4096, B), blk(2));
     assert_eq!(read(&f, 2 * Z + 8192, B), vec![0; B]);
 }
+
+#[test]
+fn mem_snapshot_is_a_power_cycled_copy() {
+    let m = mem();
+    m.write_at(&blk(1), 2 * Z).unwrap();
+    m.write_at(&blk(2), 4096).unwrap();
+    let s = m.snapshot();
+    m.write_at(&blk(3), 2 * Z + 4096).unwrap();
+    assert_eq!(wp(&s, 2), 4096);
+    assert_eq!(s.report_zones(2, 1).unwrap()[0].cond, ZoneCondition::Closed);
+    assert_eq!(read(&s, 2 * Z, B), blk(1));
+    assert_eq!(read(&s, 4096, B), blk(2));
+    assert_eq!(read(&s, 2 * Z + 4096, B), vec![0; B]);
+    assert_eq!(wp(&m, 2), 8192);
+}
