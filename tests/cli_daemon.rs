@@ -8,7 +8,10 @@ use std::process::{Command, Output};
 fn zonedd(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zonedd"))
         .args(args)
-        .env("ZONEDD_RUN_DIR", std::env::temp_dir().join("zonedd-cli-daemon-test"))
+        .env(
+            "ZONEDD_RUN_DIR",
+            std::env::temp_dir().join("zonedd-cli-daemon-test"),
+        )
         .output()
         .expect("run zonedd")
 }
@@ -31,7 +34,10 @@ fn create_without_ublk_drv_says_how_to_load_it() {
     }
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
-    assert!(e.contains("ublk_drv is not loaded: run `modprobe ublk_drv`"), "{e}");
+    assert!(
+        e.contains("ublk_drv is not loaded: run `modprobe ublk_drv`"),
+        "{e}"
+    );
     assert!(o.stdout.is_empty(), "printed a device without one");
 }
 
@@ -44,7 +50,11 @@ fn list_and_delete_without_ublk_drv_give_the_same_hint() {
     for args in [&["list"][..], &["delete", "0"][..], &["recover", "0"][..]] {
         let o = zonedd(args);
         assert_eq!(o.status.code(), Some(1), "{args:?}");
-        assert!(stderr(&o).contains("modprobe ublk_drv"), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("modprobe ublk_drv"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
     }
 }
 
@@ -59,7 +69,10 @@ fn status_of_a_device_without_daemon_fails_clearly() {
     let o = zonedd(&["status", "4242"]);
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
-    assert!(e.contains("ublk device 4242 has no running zonedd daemon"), "{e}");
+    assert!(
+        e.contains("ublk device 4242 has no running zonedd daemon"),
+        "{e}"
+    );
 }
 
 #[test]

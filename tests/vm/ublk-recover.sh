@@ -25,6 +25,11 @@ wait_state() { # wait_state ID STATE
 
 # Default: the engine on an emulated SMR image (16 MiB zones, 8 conventional).
 # ZONEDD_VM_RECOVER_BACKEND=file: runs the same on the write-through file target.
+diagnose() { # what the daemon says, for a failure
+    "$Z" status "$id" || true
+    cat "/run/zonedd/$id.log" 2>/dev/null | tail -40 || true
+}
+
 backend=${ZONEDD_VM_RECOVER_BACKEND:-engine}
 img=$VM_SCRATCH/recover.img
 case $backend in
@@ -39,15 +44,15 @@ file:)
     ;;
 esac
 
-out=$("$Z" create --backend "$backend" --queues 2 --depth 32)
+out=$(RUST_LOG=${RUST_LOG:-info} "$Z" create --backend "$backend" --queues 2 --depth 32)
 bdev=$(sed -n 1p <<<"$out")
 id=$(sed -n 's/^id //p' <<<"$out")
 echo "created $bdev (id $id) on $backend"
 
-for delay in 1 4 8; do
+for delay in 1 4 7; do
     vm_step "kill -9 ${delay}s into fio, then recover"
     fio --name=recover --filename="$bdev" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
-        --iodepth=16 --size=160M --eta=never --verify=crc32c --verify_fatal=1 --randseed=$delay \
+        --iodepth=16 --size=64M --rate_iops=1500 --eta=never --verify=crc32c --verify_fatal=1 --randseed=$delay \
         --output="$VM_SCRATCH/fio.$delay" &
     fio_pid=$!
     sleep "$delay"
@@ -56,10 +61,19 @@ for delay in 1 4 8; do
     wait_state "$id" quiesced
     [ -b "$bdev" ] || vm_fail "$bdev vanished after the daemon died"
     kill -0 "$fio_pid" 2>/dev/null || vm_fail "fio finished while the device had no daemon"
-    "$Z" recover "$id"
+    RUST_LOG=${RUST_LOG:-info} "$Z" recover "$id"
     wait_state "$id" live
+    for ((i = 0; i < 1200; i++)); do
+        kill -0 "$fio_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$fio_pid" 2>/dev/null; then
+        diagnose
+        vm_fail "fio still waiting 120 s after recovery at ${delay}s"
+    fi
     if ! wait "$fio_pid"; then
         cat "$VM_SCRATCH/fio.$delay"
+        diagnose
         vm_fail "fio failed after recovery at ${delay}s"
     fi
     grep -E "err= *0" "$VM_SCRATCH/fio.$delay" >/dev/null || vm_fail "fio reported errors"

@@ -2,8 +2,8 @@
 //! read from sysfs and the control device.
 
 use crate::error::FrontendError;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 pub const UBLK_CONTROL: &str = "/dev/ublk-control";
