@@ -357,3 +357,67 @@ fn bad_input_exits_2() {
     drop(o);
     ok(zonedd(&["check", p]));
 }
+
+#[test]
+fn raw_mode_runs_the_same_steps_on_a_plain_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("plain");
+    std::fs::write(&f, vec![0u8; 4 * M as usize]).unwrap();
+    let p = f.to_str().unwrap();
+    let script = dir.path().join("s");
+    std::fs::write(
+        &script,
+        "write --offset 1M --len 1M --pattern 3 --fua\n\
+         write --offset 1M --len 8K --pattern 4\n\
+         read --offset 1M --len 8K --pattern 4\n\
+         read --offset 1032K --len 1016K --pattern 3\n\
+         read --offset 0 --len 1M --pattern 0\n",
+    )
+    .unwrap();
+    ok(zonedd(&[
+        "engine-io",
+        "--raw",
+        p,
+        "--script",
+        script.to_str().unwrap(),
+    ]));
+    // The bytes on the file are the generated ones, at their offsets.
+    let gen = ok(zonedd(&[
+        "engine-io",
+        "pattern",
+        "--pattern",
+        "3",
+        "--offset",
+        "1032K",
+        "--len",
+        "1016K",
+    ]))
+    .stdout;
+    let on_file = std::fs::read(&f).unwrap();
+    assert!(on_file[1032 * K as usize..2 * M as usize] == gen[..]);
+    // Past the end of the file is out of range; raw and backend together are refused.
+    let o = zonedd(&[
+        "engine-io",
+        "--raw",
+        p,
+        "read",
+        "--offset",
+        "4M",
+        "--len",
+        "4K",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = zonedd(&[
+        "engine-io",
+        "--raw",
+        p,
+        "--backend",
+        p,
+        "read",
+        "--offset",
+        "0",
+        "--len",
+        "4K",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}

@@ -6,13 +6,15 @@
 //! zonedd engine-io --backend DEV read  --offset O --len L [--file F | --pattern SEED]
 //! zonedd engine-io --backend DEV --script FILE      one engine session, one step a line
 //! zonedd engine-io pattern --pattern SEED --offset O --len L [--file F]   (no backend)
+//! zonedd engine-io --raw PATH ...                    the same steps on a plain device or file
 //! ```
 //!
 //! Without `--file` a write reads stdin and a read writes stdout. `--pattern SEED` stands for
 //! generated data (a write writes it, a read compares against it and fails at the first
 //! difference): every 8-byte word is a hash of the seed and its absolute offset, so a block
 //! that lands in the wrong place never matches; seed 0 is all zeros. `pattern` prints that
-//! data, so that the same bytes can be written or compared through another device (dm-zoned).
+//! data, and `--raw` runs steps on a plain device with O_DIRECT, so that the same bytes can be
+//! written and compared through another device (dm-zoned) in one process.
 //! Offsets and lengths take K/M/G suffixes and must be multiples of 4096. Script lines are a
 //! step's arguments (`write --offset 64M --len 1M --pattern 3 --fua`, `flush`); blank lines
 //! and `#` comments are skipped. The engine is closed at the end (its log folded into the v2
@@ -20,6 +22,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -38,6 +41,10 @@ pub struct Args {
     /// Formatted zoned block device or emulated image.
     #[arg(long, value_name = "PATH")]
     pub backend: Option<PathBuf>,
+    /// A plain block device or file instead of an engine (O_DIRECT reads and writes, flush =
+    /// fdatasync): the same steps on e.g. a /dev/mapper device, in one process.
+    #[arg(long, value_name = "PATH", conflicts_with = "backend")]
+    pub raw: Option<PathBuf>,
     /// Run the steps of FILE (one a line, same arguments as a single step) in one session.
     #[arg(long, value_name = "FILE", conflicts_with = "op")]
     pub script: Option<PathBuf>,
@@ -124,18 +131,155 @@ pub fn run(args: Args) -> Result<(), CliError> {
         }
         return Ok(());
     }
-    let Some(path) = &args.backend else {
-        return Err(CliError::Usage(
-            "engine-io: --backend PATH is required".into(),
-        ));
+    let target = match (&args.backend, &args.raw) {
+        (Some(path), _) => Target::Engine(open(path)?, path.display().to_string()),
+        (None, Some(path)) => Target::Raw(Raw::open(path)?),
+        (None, None) => {
+            return Err(CliError::Usage(
+                "engine-io: --backend PATH (or --raw PATH) is required".into(),
+            ))
+        }
     };
-    let engine = open(path)?;
-    let result = steps.iter().try_for_each(|s| run_step(&engine, s));
+    let result = steps.iter().try_for_each(|s| run_step(&target, s));
     // Close even after a failed step: what was written stays consistent for the next opener.
-    let closed = engine
-        .close()
-        .map_err(|e| CliError::Failed(format!("{}: closing the engine: {e}", path.display())));
-    result.and(closed)
+    result.and(target.close())
+}
+
+/// What the steps run against.
+enum Target {
+    Engine(Engine, String),
+    Raw(Raw),
+}
+
+impl Target {
+    fn capacity(&self) -> u64 {
+        match self {
+            Target::Engine(e, _) => e.capacity(),
+            Target::Raw(r) => r.size,
+        }
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), CliError> {
+        match self {
+            Target::Engine(e, _) => e
+                .read(offset, buf)
+                .map_err(|e| engine_err("read", buf.len(), offset, e)),
+            Target::Raw(r) => r
+                .file
+                .read_exact_at(buf, offset)
+                .map_err(|e| r.err("read", buf.len(), offset, e)),
+        }
+    }
+
+    fn write(&self, offset: u64, buf: &[u8], fua: bool) -> Result<(), CliError> {
+        match self {
+            Target::Engine(e, _) => e
+                .write(offset, buf, fua)
+                .map_err(|e| engine_err("write", buf.len(), offset, e)),
+            Target::Raw(r) => {
+                r.file
+                    .write_all_at(buf, offset)
+                    .map_err(|e| r.err("write", buf.len(), offset, e))?;
+                if fua {
+                    self.flush()?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn flush(&self) -> Result<(), CliError> {
+        match self {
+            Target::Engine(e, _) => e
+                .flush()
+                .map_err(|e| CliError::Failed(format!("flush: {e}"))),
+            Target::Raw(r) => r
+                .file
+                .sync_data()
+                .map_err(|e| CliError::Failed(format!("{}: flush: {e}", r.name))),
+        }
+    }
+
+    fn close(self) -> Result<(), CliError> {
+        match self {
+            Target::Engine(e, name) => e
+                .close()
+                .map_err(|e| CliError::Failed(format!("{name}: closing the engine: {e}"))),
+            Target::Raw(r) => r
+                .file
+                .sync_data()
+                .map_err(|e| CliError::Failed(format!("{}: flush: {e}", r.name))),
+        }
+    }
+}
+
+fn engine_err(what: &str, len: usize, offset: u64, e: EngineError) -> CliError {
+    let msg = format!("{what} {len} bytes at {offset}: {e}");
+    match e {
+        EngineError::Invalid(_) => CliError::Usage(msg),
+        _ => CliError::Failed(msg),
+    }
+}
+
+/// A plain block device or file, opened O_DIRECT so that reads come from the device below,
+/// not from the page cache.
+struct Raw {
+    file: File,
+    size: u64,
+    name: String,
+}
+
+impl Raw {
+    fn open(path: &Path) -> Result<Raw, CliError> {
+        use std::io::{Seek, SeekFrom};
+        use std::os::unix::fs::OpenOptionsExt;
+        let name = path.display().to_string();
+        let open = |flags| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(flags)
+                .open(path)
+        };
+        // Some file systems refuse O_DIRECT (EINVAL); their files are read through the cache.
+        let mut file = match open(libc::O_DIRECT) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => open(0),
+            r => r,
+        }
+        .map_err(|e| CliError::Usage(format!("{name}: {e}")))?;
+        // A block device's size is where its end is; a file's is its length.
+        let size = file
+            .seek(SeekFrom::End(0))
+            .map_err(|e| CliError::Failed(format!("{name}: {e}")))?;
+        Ok(Raw { file, size, name })
+    }
+
+    fn err(&self, what: &str, len: usize, offset: u64, e: std::io::Error) -> CliError {
+        CliError::Failed(format!(
+            "{}: {what} {len} bytes at {offset}: {e}",
+            self.name
+        ))
+    }
+}
+
+/// A zeroed buffer whose start is 4096-aligned (O_DIRECT needs it; the engine's device
+/// backend then needs no bounce buffer either).
+struct AlignedBuf {
+    v: Vec<u8>,
+    pad: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> AlignedBuf {
+        let v = vec![0u8; len + BLOCK as usize];
+        let pad = v.as_ptr().align_offset(BLOCK as usize);
+        AlignedBuf { v, pad, len }
+    }
+
+    fn get(&mut self, n: usize) -> &mut [u8] {
+        &mut self.v[self.pad..self.pad + n.min(self.len)]
+    }
 }
 
 fn open(path: &Path) -> Result<Engine, CliError> {
@@ -237,16 +381,9 @@ fn step(a: &StepArgs) -> Result<Step, CliError> {
     })
 }
 
-fn run_step(engine: &Engine, s: &Step) -> Result<(), CliError> {
-    let failed = |what: &str, e: EngineError| {
-        let msg = format!("{what} {} bytes at {}: {e}", s.len, s.offset);
-        match e {
-            EngineError::Invalid(_) => CliError::Usage(msg),
-            _ => CliError::Failed(msg),
-        }
-    };
+fn run_step(t: &Target, s: &Step) -> Result<(), CliError> {
     if s.op != Op::Flush && s.op != Op::Pattern {
-        let cap = engine.capacity();
+        let cap = t.capacity();
         if s.offset.checked_add(s.len).map_or(true, |end| end > cap) {
             return Err(CliError::Usage(format!(
                 "{} bytes at {} go past the end of the device ({cap} bytes)",
@@ -256,36 +393,30 @@ fn run_step(engine: &Engine, s: &Step) -> Result<(), CliError> {
     }
     match s.op {
         Op::Pattern => print_pattern(s)?,
-        Op::Flush => engine.flush().map_err(|e| failed("flush after", e))?,
+        Op::Flush => t.flush()?,
         Op::Write => {
             let mut src = Source::new(&s.data, s.len)?;
-            let mut buf = vec![0u8; PIECE.min(s.len as usize)];
+            let mut buf = AlignedBuf::new(PIECE.min(s.len as usize));
             let mut done = 0u64;
             while done < s.len {
-                let n = PIECE.min((s.len - done) as usize);
-                let b = &mut buf[..n];
+                let b = buf.get(PIECE.min((s.len - done) as usize));
                 src.fill(s.offset + done, b)?;
-                engine
-                    .write(s.offset + done, b, s.fua)
-                    .map_err(|e| failed("write", e))?;
-                done += n as u64;
+                t.write(s.offset + done, b, s.fua)?;
+                done += b.len() as u64;
             }
             if s.flush {
-                engine.flush().map_err(|e| failed("flush after", e))?;
+                t.flush()?;
             }
         }
         Op::Read => {
             let mut sink = Sink::new(&s.data)?;
-            let mut buf = vec![0u8; PIECE.min(s.len as usize)];
+            let mut buf = AlignedBuf::new(PIECE.min(s.len as usize));
             let mut done = 0u64;
             while done < s.len {
-                let n = PIECE.min((s.len - done) as usize);
-                let b = &mut buf[..n];
-                engine
-                    .read(s.offset + done, b)
-                    .map_err(|e| failed("read", e))?;
+                let b = buf.get(PIECE.min((s.len - done) as usize));
+                t.read(s.offset + done, b)?;
                 sink.take(s.offset + done, b)?;
-                done += n as u64;
+                done += b.len() as u64;
             }
             sink.finish()?;
         }
