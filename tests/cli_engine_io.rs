@@ -421,3 +421,94 @@ fn raw_mode_runs_the_same_steps_on_a_plain_file() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
+
+/// Engine bug (reported to the engine's owner): reclaim frees a sequential zone without
+/// resetting it, and `close()` leaves it that way, so the closed volume has an unmapped
+/// sequential zone that is not empty. dm-zoned resets a sequential zone when it frees it;
+/// `dmzadm --check` and `zonedd check` report such a zone as an error, and the kernel's
+/// reclaim copies into a free sequential zone assuming its write pointer is at its start.
+#[test]
+#[ignore = "engine bug: freed sequential zones are not reset by close (reported)"]
+fn reclaimed_volume_checks_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = formatted(dir.path());
+    let p = img.to_str().unwrap();
+    let script = dir.path().join("s");
+    // Chunk 0 streamed into a sequential zone, then overwritten inside (a buffer zone);
+    // reclaim merges both into a new sequential zone and frees the old one.
+    std::fs::write(
+        &script,
+        "write --offset 0 --len 1M --pattern 1\n\
+         write --offset 256K --len 64K --pattern 2\n\
+         reclaim\n\
+         read --offset 0 --len 256K --pattern 1\n\
+         read --offset 256K --len 64K --pattern 2\n\
+         read --offset 320K --len 704K --pattern 1\n",
+    )
+    .unwrap();
+    let o = ok(zonedd(&[
+        "engine-io",
+        "--backend",
+        p,
+        "--script",
+        script.to_str().unwrap(),
+    ]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("reclaim: ") && !err.contains("reclaim: 0 zone"),
+        "{err}"
+    );
+    let o = zonedd(&["check", p]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+#[test]
+fn reclaim_keeps_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = formatted(dir.path());
+    let p = img.to_str().unwrap();
+    let script = dir.path().join("s");
+    std::fs::write(
+        &script,
+        "write --offset 0 --len 1M --pattern 1\n\
+         write --offset 256K --len 64K --pattern 2\n\
+         write --offset 5128K --len 8K --pattern 3\n\
+         reclaim\n\
+         read --offset 0 --len 256K --pattern 1\n\
+         read --offset 256K --len 64K --pattern 2\n\
+         read --offset 320K --len 704K --pattern 1\n\
+         read --offset 5M --len 8K --pattern 0\n\
+         read --offset 5128K --len 8K --pattern 3\n",
+    )
+    .unwrap();
+    let o = ok(zonedd(&[
+        "engine-io",
+        "--backend",
+        p,
+        "--script",
+        script.to_str().unwrap(),
+    ]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("0 buffer zone(s) left"), "{err}");
+    // Reopened: still the same data.
+    std::fs::write(
+        &script,
+        "read --offset 0 --len 256K --pattern 1\n\
+         read --offset 256K --len 64K --pattern 2\n\
+         read --offset 320K --len 704K --pattern 1\n\
+         read --offset 5128K --len 8K --pattern 3\n",
+    )
+    .unwrap();
+    ok(zonedd(&[
+        "engine-io",
+        "--backend",
+        p,
+        "--script",
+        script.to_str().unwrap(),
+    ]));
+    // Reclaim needs the engine.
+    let f = dir.path().join("plain");
+    std::fs::write(&f, vec![0u8; 4096]).unwrap();
+    let o = zonedd(&["engine-io", "--raw", f.to_str().unwrap(), "reclaim"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}

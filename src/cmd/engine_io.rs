@@ -55,7 +55,7 @@ pub struct Args {
 /// One operation: the command line's, or one line of a script.
 #[derive(clap::Args, Debug, Clone)]
 pub struct StepArgs {
-    /// read, write, flush, or pattern (print generated data; needs no backend).
+    /// read, write, flush, reclaim, or pattern (print generated data; needs no backend).
     #[arg(value_enum)]
     pub op: Option<Op>,
     /// Byte offset on the exposed device (K/M/G suffixes; a multiple of 4096).
@@ -84,6 +84,8 @@ pub enum Op {
     Write,
     Flush,
     Pattern,
+    /// Run a reclaim pass now and wait for it (engine only); prints what it moved.
+    Reclaim,
 }
 
 /// A script line, parsed with the same definitions as the command line.
@@ -118,7 +120,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         None => {
             if args.step.op.is_none() {
                 return Err(CliError::Usage(
-                    "engine-io: give an operation (read, write, flush, pattern) or --script FILE"
+                    "engine-io: give an operation (read, write, flush, reclaim, pattern) or --script FILE"
                         .into(),
                 ));
             }
@@ -198,6 +200,26 @@ impl Target {
                 .sync_data()
                 .map_err(|e| CliError::Failed(format!("{}: flush: {e}", r.name))),
         }
+    }
+
+    /// A forced reclaim pass, waited for; one line on stderr says what it did.
+    fn reclaim(&self) -> Result<(), CliError> {
+        let Target::Engine(e, _) = self else {
+            return Err(CliError::Usage(
+                "reclaim needs an engine (--backend)".into(),
+            ));
+        };
+        let before = e.stats();
+        e.trigger_reclaim();
+        e.wait_reclaim_idle();
+        let after = e.stats();
+        eprintln!(
+            "reclaim: {} zone(s) reclaimed, {} block(s) copied; {} buffer zone(s) left",
+            after.reclaim_zones - before.reclaim_zones,
+            after.reclaim_blocks_copied - before.reclaim_blocks_copied,
+            after.zones_buffer
+        );
+        Ok(())
     }
 
     fn close(self) -> Result<(), CliError> {
@@ -309,7 +331,9 @@ fn read_script(path: &Path) -> Result<Vec<Step>, CliError> {
         let parsed = ScriptLine::try_parse_from(line.split_whitespace())
             .map_err(|e| at(first_line(&e.to_string())))?;
         if parsed.step.op.is_none() {
-            return Err(at("no operation (read, write, flush, pattern)".into()));
+            return Err(at(
+                "no operation (read, write, flush, reclaim, pattern)".into()
+            ));
         }
         if parsed.step.file.is_none() && parsed.step.pattern.is_none() {
             // stdin/stdout belong to the whole run, not to one of its steps.
@@ -350,7 +374,7 @@ fn step(a: &StepArgs) -> Result<Step, CliError> {
         (None, Some(seed)) => Data::Pattern(seed),
         (None, None) => Data::Stdio,
     };
-    if op == Op::Flush {
+    if op == Op::Flush || op == Op::Reclaim {
         return Ok(Step {
             op,
             offset: 0,
@@ -382,7 +406,7 @@ fn step(a: &StepArgs) -> Result<Step, CliError> {
 }
 
 fn run_step(t: &Target, s: &Step) -> Result<(), CliError> {
-    if s.op != Op::Flush && s.op != Op::Pattern {
+    if matches!(s.op, Op::Read | Op::Write) {
         let cap = t.capacity();
         if s.offset.checked_add(s.len).map_or(true, |end| end > cap) {
             return Err(CliError::Usage(format!(
@@ -394,6 +418,7 @@ fn run_step(t: &Target, s: &Step) -> Result<(), CliError> {
     match s.op {
         Op::Pattern => print_pattern(s)?,
         Op::Flush => t.flush()?,
+        Op::Reclaim => t.reclaim()?,
         Op::Write => {
             let mut src = Source::new(&s.data, s.len)?;
             let mut buf = AlignedBuf::new(PIECE.min(s.len as usize));
