@@ -88,6 +88,7 @@ header() {
 passed=0
 failed=0
 report=()
+started=$(date +%s)
 for s in "${scripts[@]}"; do
     name=$(basename "$s" .sh)
     timeout=$(header "$s" timeout "${VM_TEST_TIMEOUT:-300}")
@@ -108,7 +109,7 @@ for s in "${scripts[@]}"; do
 done
 
 echo
-echo "vm: scenario results (kernel $VM_KVER)"
+echo "vm: scenario results (kernel $VM_KVER, $(($(date +%s) - started)) s in all)"
 printf '  %s\n' "${report[@]}"
 echo "vm: $passed passed, $failed failed"
 [ "$failed" = 0 ]
