@@ -191,6 +191,10 @@ fn redirect_stdio(log: &std::path::Path) {
 pub fn adopt_log(id: u32) -> Option<std::path::PathBuf> {
     let from = crate::registry::run_dir().join(format!("zonedd.{}.log", std::process::id()));
     let to = crate::registry::log_path(id);
+    // A recovered device: keep the dead daemon's log beside ours.
+    if to.exists() {
+        let _ = std::fs::rename(&to, to.with_extension("log.prev"));
+    }
     std::fs::rename(&from, &to).ok().map(|_| to)
 }
 
