@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Benchmarks zonedd against the kernel's dm-zoned and the raw zoned device, side by side, in the
+# VM harness's guest (Debian 6.12 under qemu; see docs/vm-testing.md), then turns the results into
+# the tables and PNG plots of docs/PERFORMANCE.md on the host (gnuplot; plotting never runs in the
+# guest).
+#
+#   scripts/bench-vm.sh [--quick] [--no-build] [--targets "raw dm zd-percpu zd-unbound8"]
+#                       [--no-docs] [--report-only DIR]
+#
+#   --quick        tiny sizes and a few seconds per job: tests the plumbing (a few minutes)
+#   --no-build     use the existing target/release/zonedd
+#   --no-docs      write the report into the results folder only, leave docs/ alone
+#   --report-only  redo the host side (tables, plots) for an earlier results folder
+#
+# Results: target/bench-vm/<UTC timestamp>[-quick]/ (results.tsv, fio JSON, per-second logs,
+# status snapshots, console.log, host.txt with the host's load). The full run takes about 15-20
+# minutes of guest time; VM_MEMORY (default 5G here) sizes the guest (null_blk lives in its RAM).
+# Without --no-docs a full (non-quick) run rewrites the "VM benchmarks" section of
+# docs/PERFORMANCE.md and docs/perf-*.png; a quick run never touches docs/.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd -P)
+# shellcheck source=scripts/vm/lib.sh
+source "$ROOT/scripts/vm/lib.sh"
+
+quick=0 build=1 docs=1 report_only="" targets="raw dm zd-percpu zd-unbound8"
+[ -z "${ZONEDD:-}" ] || build=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    --quick) quick=1 ;;
+    --no-build) build=0 ;;
+    --no-docs) docs=0 ;;
+    --targets) targets=$2 && shift ;;
+    --report-only) report_only=$2 && shift ;;
+    -h | --help)
+        sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+        exit 0
+        ;;
+    *) vm_die "unknown argument $1 (see --help)" ;;
+    esac
+    shift
+done
+[ "$quick" = 0 ] || docs=0
+
+report() { # report DIR
+    local args=("$1")
+    [ "$docs" = 1 ] && args+=(--docs "$ROOT/docs")
+    python3 "$ROOT/scripts/bench/report.py" "${args[@]}"
+}
+
+if [ -n "$report_only" ]; then
+    [ -f "$report_only/results.tsv" ] || vm_die "$report_only has no results.tsv"
+    report "$(cd "$report_only" && pwd -P)"
+    exit 0
+fi
+
+command -v gnuplot >/dev/null || vm_die "gnuplot not found: run scripts/install-deps.sh (gnuplot-nox)"
+vm_prepare
+if [ "$build" = 1 ]; then
+    vm_log "cargo build --release -p zonedd"
+    (cd "$ROOT" && cargo build --release -p zonedd) || vm_die "building zonedd failed"
+fi
+[ -x "$ZONEDD" ] || vm_die "$ZONEDD does not exist (cargo build --release -p zonedd)"
+
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+[ "$quick" = 0 ] || stamp=$stamp-quick
+out=$VM_TARGET_DIR/bench-vm/$stamp
+mkdir -p "$out"
+# A private copy: others may rebuild target/release/zonedd while the guest runs.
+cp "$ZONEDD" "$out/zonedd"
+ZONEDD=$out/zonedd
+{
+    echo "started $(date -u +%FT%TZ)"
+    echo "host_uptime_before $(uptime)"
+    echo "host_cpus $(nproc)"
+    echo "zonedd_commit $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')"
+} >"$out/host.txt"
+
+# The guest runs a one-line scenario that calls the guest-side script with our arguments.
+scenario=$out/bench-vm.sh
+qargs=""
+[ "$quick" = 0 ] || qargs="--quick"
+cat >"$scenario" <<EOF
+#!/usr/bin/env bash
+exec bash $(vm_shq "$ROOT/scripts/bench/guest.sh") --out $(vm_shq "$out") --targets $(vm_shq "$targets") $qargs
+EOF
+timeout_s=2400
+[ "$quick" = 0 ] || timeout_s=900
+vm_log "bench: results in $out (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+name=bench-vm
+[ "$quick" = 0 ] || name=bench-vm-quick
+vm_run "$name" "$scenario" "$timeout_s" "${VM_MEMORY:-5G}"
+cp "$VM_CACHE/runs/$name/console.log" "$out/console.log" 2>/dev/null || true
+{
+    echo "host_uptime_after $(uptime)"
+    echo "vm_rc $VM_RC"
+    echo "vm_wall_s $VM_WALL_S"
+} >>"$out/host.txt"
+vm_log "bench: guest exited $VM_RC after ${VM_WALL_S} s"
+[ -s "$out/results.tsv" ] || vm_die "the guest wrote no results (see $out/console.log)"
+report "$out"
+[ "$VM_RC" = 0 ] || vm_die "the guest run failed (exit $VM_RC); partial results reported"

@@ -1,0 +1,396 @@
+#!/usr/bin/env bash
+# Guest side of scripts/bench-vm.sh: the same fio/dbench/xfs workloads against
+#   raw          the null_blk zoned device's sequential zones (fio --zonemode=zbd): the limit
+#   dm           the kernel's dm-zoned on the zonedd-formatted device
+#   zd-percpu    zonedd's /dev/ublkbN, --pool percpu
+#   zd-unbound8  zonedd's /dev/ublkbN, --pool unbound:8
+# and writes the figures into OUT (on the host's tree, over 9p): results.tsv (TARGET METRIC
+# VALUE UNIT per line), per target fio JSON, per-second bw/iops logs, status snapshots, logs.
+#
+#   guest.sh --out DIR [--quick] [--targets "raw dm zd-percpu zd-unbound8"]
+#
+# Every workload is time-boxed (fio --runtime, plus `timeout` around each command) and every
+# target is torn down after its phase; a failing workload is recorded as `error`/`timeout` in
+# results.tsv and the run goes on. Each phase starts from a fresh null_blk (zones empty, its
+# memory freed). Runs as root in the VM (scripts/vm-test.sh's guest environment).
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd -P)
+# shellcheck source=tests/vm/lib/devices.sh
+source "$ROOT/tests/vm/lib/devices.sh"
+
+OUT="" QUICK=0 TARGETS="raw dm zd-percpu zd-unbound8"
+while [ $# -gt 0 ]; do
+    case $1 in
+    --out) OUT=$2 && shift ;;
+    --quick) QUICK=1 ;;
+    --targets) TARGETS=$2 && shift ;;
+    *) echo "guest.sh: unknown argument $1" >&2 && exit 2 ;;
+    esac
+    shift
+done
+[ -n "$OUT" ] || {
+    echo "guest.sh: --out DIR is required" >&2
+    exit 2
+}
+mkdir -p "$OUT"
+Z=$(zonedd_bin) || exit 1
+
+# --- sizes -------------------------------------------------------------------------------------
+ZONE_MB=64
+CONV=6          # conventional zones: 2 hold metadata, the rest buffer random writes
+if [ "$QUICK" = 1 ]; then
+    ZONES=24 RESERVED=2 SPAN_MB=256 FSYNC_MB=64
+    T_SEQ=5 T_RW=4 T_SHORT=2 T_FSYNC=2 DBENCH_S=3 DBENCH_CLIENTS=2 FILL_PCT=20 OW_S=2
+    SETTLE_CAP=8 STABLE_S=3 IDLE_S=3
+else
+    ZONES=40 RESERVED=4 SPAN_MB=1024 FSYNC_MB=256
+    T_SEQ=40 T_RW=45 T_SHORT=10 T_FSYNC=10 DBENCH_S=15 DBENCH_CLIENTS=4 FILL_PCT=70 OW_S=15
+    SETTLE_CAP=90 STABLE_S=12 IDLE_S=30
+fi
+ZONE_SECTORS=$((ZONE_MB * 2048))
+SEQ_OFF=$((CONV * ZONE_MB << 20)) # raw: first sequential zone
+MARGIN=90                          # extra seconds before `timeout` kills a workload
+
+modprobe ublk_drv
+modprobe dm-zoned
+modprobe xfs
+MNT=$VM_SCRATCH/bench-mnt
+mkdir -p "$MNT"
+
+{
+    echo "kernel $(uname -r)"
+    echo "quick $QUICK"
+    echo "cpus $(nproc)"
+    echo "mem_kb $(awk '/MemTotal/ { print $2 }' /proc/meminfo)"
+    echo "zones $ZONES x ${ZONE_MB} MiB, $CONV conventional, $RESERVED reserved sequential"
+    echo "span_mb $SPAN_MB"
+    echo "runtimes seq=$T_SEQ randwrite=$T_RW short=$T_SHORT fsync=$T_FSYNC dbench=$DBENCH_S overwrite=$OW_S idle=$IDLE_S settle_cap=$SETTLE_CAP stable=$STABLE_S"
+    echo "fio $(fio --version)"
+    echo "zonedd $("$Z" --version 2>/dev/null || echo '?')"
+} >"$OUT/meta.txt"
+: >"$OUT/results.tsv"
+
+log() { printf '[bench %6.1fs] %s\n' "$(cut -d' ' -f1 /proc/uptime)" "$*" >&2; }
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+# rec TARGET METRIC VALUE UNIT
+rec() {
+    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$OUT/results.tsv"
+    log "$1 $2 = $3 $4"
+}
+
+# --- devices -----------------------------------------------------------------------------------
+NB_SEQ=0
+NB=""
+NB_NAME=""
+fresh_nullb() {
+    [ -z "$NB_NAME" ] || remove_nullb "$NB_NAME" 2>/dev/null || log "warning: cannot remove $NB_NAME"
+    NB_SEQ=$((NB_SEQ + 1))
+    NB_NAME=bnb$NB_SEQ
+    NB=$(make_nullb "$NB_NAME" $((ZONES * ZONE_MB)) "$ZONE_MB" "$CONV") || {
+        log "make_nullb failed"
+        return 1
+    }
+}
+
+zd_format() {
+    "$Z" format --backend "$NB" --reserved-seq "$RESERVED" --force >"$OUT/format.log" 2>&1 || {
+        cat "$OUT/format.log" >&2
+        return 1
+    }
+}
+
+DEV="" ZD_ID="" ZD_PID="" DM_NAME=bench-dmz
+# target_up TARGET: fresh null_blk, formatted, target on top; sets DEV (and ZD_ID/ZD_PID).
+target_up() {
+    local t=$1 out nr
+    DEV="" ZD_ID="" ZD_PID=""
+    fresh_nullb || return 1
+    case $t in
+    raw) DEV=$NB ;;
+    dm)
+        zd_format || return 1
+        nr=$("$Z" check "$NB" --json | jq -er .summary.nr_chunks) || return 1
+        dmsetup create "$DM_NAME" --table "0 $((nr * ZONE_SECTORS)) zoned $NB" || return 1
+        DEV=/dev/mapper/$DM_NAME
+        ;;
+    zd-*)
+        local pool=percpu
+        [ "$t" = zd-unbound8 ] && pool=unbound:8
+        zd_format || return 1
+        out=$(timeout 60 "$Z" create --backend "$NB" --queues 2 --depth 64 --pool "$pool" --label "bench-$t" 2>&1) || {
+            echo "$out" >&2
+            return 1
+        }
+        DEV=$(sed -n 1p <<<"$out")
+        ZD_ID=$(sed -n 's/^id //p' <<<"$out")
+        ZD_PID=$("$Z" status "$ZD_ID" --json | jq -er .pid) || ZD_PID=""
+        ;;
+    esac
+    [ -b "$DEV" ] || {
+        log "$t: $DEV is not a block device"
+        return 1
+    }
+    log "$t: $DEV ($(($(blockdev --getsize64 "$DEV") >> 20)) MiB) on $NB"
+}
+
+target_down() {
+    local t=$1
+    mountpoint -q "$MNT" && { timeout 120 umount "$MNT" || log "$t: umount failed"; }
+    case $t in
+    dm) timeout 60 dmsetup remove "$DM_NAME" || log "$t: dmsetup remove failed" ;;
+    zd-*)
+        if [ -n "$ZD_ID" ]; then
+            timeout 60 "$Z" delete "$ZD_ID" >/dev/null || {
+                log "$t: zonedd delete $ZD_ID failed"
+                return 1
+            }
+        fi
+        ;;
+    esac
+    remove_nullb "$NB_NAME" || log "$t: cannot remove $NB_NAME"
+    NB_NAME=""
+}
+
+# Status snapshot of the target (for the record and for settle detection).
+snapshot() { # snapshot TARGET FILE
+    case $1 in
+    dm) dmsetup status "$DM_NAME" >"$2" 2>&1 ;;
+    zd-*) "$Z" status "$ZD_ID" --json >"$2" 2>&1 ;;
+    *) : >"$2" ;;
+    esac
+}
+
+# What changes while reclaim works: dm-zoned's free/total zone counts; zonedd's reclaim state,
+# zone counts and reclaim counters.
+fingerprint() {
+    case $1 in
+    dm) dmsetup status "$DM_NAME" 2>/dev/null | cut -d' ' -f4- ;;
+    zd-*) "$Z" status "$ZD_ID" --json 2>/dev/null |
+        jq -c '.engine | [.reclaim_state, .zones_free, .zones_buffer, .zones_pending_free, .reclaim_zones, .reclaim_blocks_copied]' ;;
+    esac
+}
+
+# --- fio ---------------------------------------------------------------------------------------
+# fio_run TARGET JOB LIMIT_S FIO_ARGS...: JSON into OUT/TARGET/JOB.json; 0 on success.
+fio_run() {
+    local t=$1 j=$2 limit=$3 rc
+    shift 3
+    local d=$OUT/$t
+    mkdir -p "$d"
+    log "$t: fio $j"
+    timeout -k 10 $((limit + MARGIN)) fio --name="$j" --output-format=json --output="$d/$j.json" \
+        --filename="$DEV" --direct=1 --ioengine=libaio --group_reporting "$@" >"$d/$j.log" 2>&1
+    rc=$?
+    if [ $rc != 0 ]; then
+        [ $rc = 124 ] || [ $rc = 137 ] && rec "$t" "$j" timeout "-" || rec "$t" "$j" "error(rc=$rc)" "-"
+        tail -n 20 "$d/$j.log" >&2
+        dmesg | tail -n 20 >"$d/$j.dmesg"
+        return 1
+    fi
+}
+
+# fio_metrics TARGET JOB DIR(read|write): throughput, IOPS, completion latency p50/p99/max
+# (one jq run: each costs a second or more in the emulated guest).
+fio_metrics() {
+    local t=$1 j=$2 dir=$3 f=$OUT/$1/$2.json m v u
+    while read -r m v u; do
+        rec "$t" "$j.$m" "$v" "$u"
+    done < <(jq -r --arg d "$dir" '.jobs[0] as $j | $j[$d] as $x |
+        ($x.clat_ns.percentile // {}) as $p | ($j.sync.lat_ns.percentile // {}) as $s |
+        "\($d)_MBps \($x.bw_bytes / 1e6 * 100 | round / 100) MB/s",
+        "\($d)_iops \($x.iops | round) IOPS",
+        "\($d)_p50_us \(($p["50.000000"] // 0) / 1000 | round) us",
+        "\($d)_p99_us \(($p["99.000000"] // 0) / 1000 | round) us",
+        "\($d)_max_us \($x.clat_ns.max / 1000 | round) us",
+        (if $d == "write" and ($s | length) > 0 then
+            "sync_p50_us \(($s["50.000000"] // 0) / 1000 | round) us",
+            "sync_p99_us \(($s["99.000000"] // 0) / 1000 | round) us"
+        else empty end)' "$f")
+}
+
+# Where the span lives: raw writes go to sequential zones (zbd mode), the others from 0.
+span_args() {
+    if [ "$1" = raw ]; then
+        echo "--zonemode=zbd --offset=$SEQ_OFF --size=${SPAN_MB}M"
+    else
+        echo "--offset=0 --size=${SPAN_MB}M"
+    fi
+}
+fsync_args() { # a fresh region after the span
+    if [ "$1" = raw ]; then
+        echo "--zonemode=zbd --offset=$((SEQ_OFF + (SPAN_MB << 20))) --size=${FSYNC_MB}M"
+    else
+        echo "--offset=$((SPAN_MB << 20)) --size=${FSYNC_MB}M"
+    fi
+}
+raw_reset() { [ "$1" != raw ] || blkzone reset "$NB" || log "blkzone reset failed"; }
+
+block_phase() {
+    local t=$1 sa fa
+    # shellcheck disable=SC2207
+    sa=($(span_args "$t"))
+    # shellcheck disable=SC2207
+    fa=($(fsync_args "$t"))
+    log "== $t: block workloads"
+    target_up "$t" || {
+        rec "$t" block_phase "error(setup)" "-"
+        target_down "$t"
+        return 1
+    }
+    # 1. sequential write, 1 MiB blocks, the whole span (also the precondition for the rest).
+    fio_run "$t" seqwrite "$T_SEQ" "${sa[@]}" --rw=write --bs=1M --iodepth=8 --runtime="$T_SEQ" &&
+        fio_metrics "$t" seqwrite write
+    # 2. 4 KiB random reads over the written span.
+    fio_run "$t" randread "$T_SHORT" "${sa[@]}" --rw=randread --bs=4k --iodepth=16 \
+        --runtime="$T_SHORT" --time_based --randrepeat=0 && fio_metrics "$t" randread read
+    # 3. 4 KiB random writes sustained over the span (raw: zbd mode turns them into writes at
+    #    random zones' write pointers), per-second throughput log.
+    raw_reset "$t"
+    fio_run "$t" randwrite "$T_RW" "${sa[@]}" --rw=randwrite --bs=4k --iodepth=16 \
+        --runtime="$T_RW" --time_based --randrepeat=0 \
+        --write_bw_log="$OUT/$t/randwrite" --write_iops_log="$OUT/$t/randwrite" \
+        --log_avg_msec=1000 && fio_metrics "$t" randwrite write
+    snapshot "$t" "$OUT/$t/after-randwrite.status"
+    # 4. 70/30 random read/write mix (not on raw: sequential zones take no overwrites).
+    if [ "$t" != raw ]; then
+        fio_run "$t" mix7030 "$T_SHORT" "${sa[@]}" --rw=randrw --rwmixread=70 --bs=4k \
+            --iodepth=16 --runtime="$T_SHORT" --time_based --randrepeat=0 &&
+            fio_metrics "$t" mix7030 read && fio_metrics "$t" mix7030 write
+    fi
+    # 5. 4 KiB sequential writes, fsync after each, into fresh chunks.
+    if fio_run "$t" fsync "$T_FSYNC" "${fa[@]}" --rw=write --bs=4k --iodepth=1 --fsync=1 \
+        --runtime="$T_FSYNC" --time_based; then
+        fio_metrics "$t" fsync write
+    fi
+    snapshot "$t" "$OUT/$t/after-block.status"
+    target_down "$t"
+}
+
+# ctxsw PID: sum of voluntary + involuntary context switches over the process's threads.
+ctxsw() {
+    cat /proc/"$1"/task/*/status 2>/dev/null |
+        awk '/^(voluntary|nonvoluntary)_ctxt_switches/ { s += $2 } END { print s + 0 }'
+}
+ctxsw_threads() {
+    local s
+    for s in /proc/"$1"/task/*/status; do
+        awk '/^Name:/ { n = $2 } /^voluntary_ctxt/ { v = $2 } /^nonvoluntary_ctxt/ { w = $2 }
+             END { print n, v, w }' "$s"
+    done
+}
+
+# settle TARGET: seconds until the target's reclaim fingerprint stopped changing (stable for
+# STABLE_S), capped at SETTLE_CAP; the fingerprints go to OUT/TARGET/settle.log.
+settle() {
+    local t=$1 t0 last fp prev="" changed_at=0 e
+    t0=$(now)
+    while :; do
+        e=$(elapsed "$t0")
+        fp=$(fingerprint "$t")
+        printf '%s %s\n' "$e" "$fp" >>"$OUT/$t/settle.log"
+        if [ "$fp" != "$prev" ]; then
+            changed_at=$e
+            prev=$fp
+        fi
+        if awk -v e="$e" -v c="$changed_at" -v s="$STABLE_S" 'BEGIN { exit !(e - c >= s) }'; then
+            echo "$changed_at"
+            return 0
+        fi
+        if awk -v e="$e" -v cap="$SETTLE_CAP" 'BEGIN { exit !(e >= cap) }'; then
+            echo "$e"
+            return 1
+        fi
+        sleep 1
+    done
+}
+
+fs_phase() {
+    local t=$1 t0 s out bytes fill_mb nfiles
+    log "== $t: xfs workloads"
+    target_up "$t" || {
+        rec "$t" fs_phase "error(setup)" "-"
+        target_down "$t"
+        return 1
+    }
+    mkdir -p "$OUT/$t"
+    mkfs.xfs -q -f "$DEV" && mount "$DEV" "$MNT" || {
+        rec "$t" fs_phase "error(mkfs/mount)" "-"
+        target_down "$t"
+        return 1
+    }
+    # dbench: fsync on every write (-F), fixed time.
+    log "$t: dbench -F $DBENCH_CLIENTS clients, $DBENCH_S s"
+    if out=$(timeout -k 10 $((DBENCH_S + MARGIN)) dbench -F -c /usr/share/dbench/client.txt \
+        -D "$MNT" -t "$DBENCH_S" "$DBENCH_CLIENTS" 2>&1); then
+        printf '%s\n' "$out" >"$OUT/$t/dbench.log"
+        rec "$t" dbench_MBps "$(sed -n 's/^Throughput \([0-9.]*\) MB\/sec.*/\1/p' <<<"$out" | tail -n1)" MB/s
+        rec "$t" dbench_maxlat_ms "$(awk '/^ *(Flush|WriteX) / { if ($4 > m) m = $4 } END { print m + 0 }' <<<"$out")" ms
+    else
+        printf '%s\n' "$out" >"$OUT/$t/dbench.log"
+        rec "$t" dbench_MBps "error" "-"
+    fi
+    rm -rf "$MNT/clients"
+    sync
+    # Fill to FILL_PCT % with 32 MiB files, then random 4 KiB overwrites inside them.
+    bytes=$(blockdev --getsize64 "$DEV")
+    fill_mb=$((bytes * FILL_PCT / 100 >> 20))
+    nfiles=$((fill_mb / 32))
+    [ "$nfiles" -ge 1 ] || nfiles=1
+    local files=(--directory="$MNT" --nrfiles="$nfiles" --filesize=32M --filename_format='f.$filenum'
+        --ioengine=psync --group_reporting --output-format=json)
+    log "$t: fill $((nfiles * 32)) MiB ($FILL_PCT %)"
+    t0=$(now)
+    if timeout -k 10 $((T_SEQ * 4 + MARGIN)) fio --name=fill "${files[@]}" --output="$OUT/$t/fill.json" \
+        --rw=write --bs=1M --end_fsync=1 >"$OUT/$t/fill.log" 2>&1; then
+        rec "$t" fill_s "$(elapsed "$t0")" s
+    else
+        rec "$t" fill_s error -
+    fi
+    log "$t: random 4 KiB overwrites, $OW_S s"
+    t0=$(now)
+    if timeout -k 10 $((OW_S + MARGIN)) fio --name=fill "${files[@]}" --output="$OUT/$t/overwrite.json" \
+        --rw=randwrite --bs=4k --runtime="$OW_S" --time_based --randrepeat=0 >"$OUT/$t/overwrite.log" 2>&1; then
+        rec "$t" overwrite_MBps "$(jq -r '.jobs[0].write.bw_bytes / 1e6 | . * 100 | round / 100' "$OUT/$t/overwrite.json")" MB/s
+    else
+        rec "$t" overwrite_MBps error -
+    fi
+    snapshot "$t" "$OUT/$t/before-umount.status"
+    log "$t: umount"
+    t0=$(now)
+    if timeout 300 umount "$MNT"; then
+        rec "$t" umount_s "$(elapsed "$t0")" s
+    else
+        rec "$t" umount_s timeout -
+    fi
+    log "$t: waiting for reclaim to settle (stable ${STABLE_S} s, cap ${SETTLE_CAP} s)"
+    : >"$OUT/$t/settle.log"
+    if s=$(settle "$t"); then
+        rec "$t" settle_s "$s" s
+    else
+        rec "$t" settle_s ">$s" s
+    fi
+    snapshot "$t" "$OUT/$t/settled.status"
+    # Idle: context switches of the daemon's threads with nothing to do.
+    if [ -n "$ZD_PID" ] && [ -d "/proc/$ZD_PID" ]; then
+        local a b
+        ctxsw_threads "$ZD_PID" >"$OUT/$t/idle-before.txt"
+        a=$(ctxsw "$ZD_PID")
+        sleep "$IDLE_S"
+        b=$(ctxsw "$ZD_PID")
+        ctxsw_threads "$ZD_PID" >"$OUT/$t/idle-after.txt"
+        rec "$t" idle_ctxsw "$((b - a))" "switches/${IDLE_S}s"
+        rec "$t" idle_threads "$(ls /proc/"$ZD_PID"/task | wc -l)" threads
+    fi
+    target_down "$t"
+}
+
+t_all=$(now)
+for t in $TARGETS; do
+    block_phase "$t"
+done
+for t in $TARGETS; do
+    [ "$t" = raw ] || fs_phase "$t"
+done
+rec all guest_wall_s "$(elapsed "$t_all")" s
+log "done: $OUT/results.tsv"
