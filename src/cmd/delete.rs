@@ -98,7 +98,10 @@ fn delete_one(id: u32, force: bool, timeout: Duration) -> Result<String, String>
                 let last = replies.last().cloned().unwrap_or_default();
                 if last.get("done").is_some() {
                     if !sys::wait_pid_exit(r.pid, timeout) {
-                        return Err(format!("device {id}: the daemon (pid {}) did not exit", r.pid));
+                        return Err(format!(
+                            "device {id}: the daemon (pid {}) did not exit",
+                            r.pid
+                        ));
                     }
                     return Ok(format!("deleted {} (id {id})", r.bdev));
                 }
