@@ -13,7 +13,7 @@ for a in "$@"; do
     --vm) force_vm=1 ;;
     --no-build) build=0 ;;
     -h | --help)
-        sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
