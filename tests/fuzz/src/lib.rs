@@ -570,6 +570,13 @@ fn exercise_engine(e: Engine, pick: u8, strict: bool) {
     assert!(c.is_ok() || !strict, "close: {c:?}");
 }
 
+/// `ZONEDD_FUZZ_TOLERATE_KNOWN=1`: let long runs go past the findings still open (never set
+/// by `cargo test` nor by scripts/fuzz.sh).
+fn tolerate_known() -> bool {
+    static T: OnceLock<bool> = OnceLock::new();
+    *T.get_or_init(|| std::env::var_os("ZONEDD_FUZZ_TOLERATE_KNOWN").is_some_and(|v| v == "1"))
+}
+
 /// Byte 0: base image; byte 1: which chunk/pattern the engine writes; then mutation ops.
 pub fn load(data: &[u8]) {
     let mut b = Bytes(data);
@@ -608,6 +615,16 @@ pub fn load(data: &[u8]) {
     // Repair fixes everything it says it can; a second check finds nothing more.
     let repaired = check(&dev, true).expect("repair of a loaded device");
     let after = check(&dev, false).expect("check after repair");
+    if tolerate_known()
+        && after
+            .errors
+            .iter()
+            .all(|f| f.kind == FindingKind::SetMismatch)
+    {
+        // Known finding (regressions/load/repair-map-tail-set-mismatch), skipped on request
+        // so that a long run can look for others.
+        return;
+    }
     assert!(
         after.errors.len() <= repaired.remaining(),
         "repair left {} errors, said {} remain: {:?}",
