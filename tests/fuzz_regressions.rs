@@ -16,21 +16,29 @@ fn inputs(target: &str) -> Vec<PathBuf> {
         let Ok(rd) = std::fs::read_dir(root.join(kind).join(target)) else {
             continue;
         };
-        out.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_file()));
+        let mut files: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+        files.retain(|p| p.is_file() && p.extension().is_none());
+        files.sort();
+        out.extend(files);
     }
-    out.sort();
     out
 }
 
+/// Every input, seeds first; fails naming every input that broke an invariant.
 fn run_all(target: &str, body: fn(&[u8])) {
     let files = inputs(target);
     assert!(!files.is_empty(), "no seeds for {target}");
+    let mut failed = Vec::new();
     for f in files {
         let data = std::fs::read(&f).expect("read input");
-        // Printed only when the body panics: names the input to reproduce with.
-        eprintln!("{target}: {}", f.display());
-        body(&data);
+        if std::panic::catch_unwind(|| body(&data)).is_err() {
+            failed.push(f.display().to_string());
+        }
     }
+    assert!(
+        failed.is_empty(),
+        "{target}: invariants broken by {failed:#?}"
+    );
 }
 
 #[test]
@@ -84,6 +92,42 @@ fn repair_leaves_identical_sets_when_the_map_tail_holds_garbage() {
     assert!(first.summary.clean, "repair: {:?}", first.errors);
     let again = dmz::check::check(&dev, false).unwrap();
     assert!(again.errors.is_empty(), "after repair: {:?}", again.errors);
+}
+
+/// Found while writing the load target: a superblock is accepted as set 1's although it was
+/// read from another zone than the one its `sb_block` names. With superblock 0 bad, `probe`
+/// scans for the secondary superblock and validates what it finds against the layout
+/// (`sb_block == layout.set_start_block(1)`) but not against where it was found; the kernel's
+/// `dmz_check_sb` compares `sb_block` with the block it read the superblock from. Here a copy
+/// of superblock 1 sits in data zone 2 (a file holding a zonedd image would do) while zone 1's
+/// superblock is gone: the copy is taken as set 1 and `load` would rebuild set 0 from zone 1.
+#[test]
+fn superblock_found_by_the_scan_must_be_where_it_says() {
+    use dmz::format::BLOCK;
+    use zbd::{MemDevice, ZonedDevice};
+    let dev = MemDevice::with_zones(1 << 20, 16, 4).unwrap();
+    let opts = dmz::sets::FormatOptions {
+        label: Some("scan".into()),
+        reserved_seq: 2,
+    };
+    let l = dmz::sets::format_device(&dev, &opts, &mut |_, _| {}).unwrap();
+    assert_eq!((l.set_zone, l.nr_meta_zones), ([0, 1], 1));
+    let zone = 1u64 << 20;
+    let mut sb1 = vec![0u8; BLOCK];
+    dev.read_at(&mut sb1, zone).unwrap();
+    dev.write_at(&sb1, 2 * zone).unwrap(); // the stray copy, in conventional data zone 2
+    dev.write_at(&vec![0u8; BLOCK], zone).unwrap(); // superblock 1 gone
+    let mut sb0 = vec![0u8; BLOCK];
+    dev.read_at(&mut sb0, 0).unwrap();
+    sb0[100] ^= 0xff; // superblock 0: bad CRC, magic kept
+    dev.write_at(&sb0, 0).unwrap();
+    let p = dmz::sets::probe(&dev).unwrap();
+    assert_eq!(p.sets[1].zone, Some(2), "the scan finds the copy in zone 2");
+    assert!(
+        p.sets[1].valid.is_none(),
+        "a superblock read from zone 2 that says it is at block {} (zone 1) was accepted",
+        l.set_start_block(1)
+    );
 }
 
 /// `seal_superblock` (the fuzz input's CRC re-seal) gives a block that passes the CRC check,

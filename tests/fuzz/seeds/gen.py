@@ -90,3 +90,11 @@ put("request", "write-fua", req(1 | (1 << 13), 0, 8, 1 << 30, 512 << 10, 8))
 put("request", "flush", req(2, 0, 0, 1 << 30, 512 << 10, 8))
 put("request", "discard", req(3, 8, 8 << 10, 1 << 30, 512 << 10, 8))
 put("request", "write-zeroes", req(5, 0, 8, 1 << 30, 512 << 10, 8))
+
+# A copy of superblock 1 (small base image: gen 1, sb_block 256, 18 meta blocks, 2 reserved,
+# 12 chunks, 1 map block, 16 bitmap blocks, fixed UUIDs) in data zone 2, sealed; superblock 1
+# wiped and superblock 0 with a bad CRC: the scan must not take the copy as set 1.
+hdr = struct.pack("<IIQQIIIIII", 0x445A4244, 2, 1, 256, 18, 2, 12, 1, 16, 0)
+hdr += b"fuzz".ljust(32, b"\0") + b"zonedd-fuzz-set!" + b"zonedd-fuzz-dev!"
+put("../regressions/load", "stray-superblock-copy-accepted-as-set1",
+    bytes([0, 10]) + patch(2, 0, 0, hdr) + seal(2) + patch(1, 0, 0, b"\0\0\0\0") + patch(0, 0, 100, b"\x55"))

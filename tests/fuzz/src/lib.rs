@@ -456,9 +456,10 @@ fn mutate(dev: &MemDevice, b: &mut Bytes<'_>) {
     while !b.is_empty() && ops < 64 {
         ops += 1;
         match b.u8() % 5 {
-            // Patch bytes in one of the two metadata zones (zone 0 / zone 1 on every base).
+            // Patch bytes in zones 0-3: both metadata sets (zones 0 and 1 on every base) and
+            // two conventional data zones (where stray superblock copies could sit).
             0 => {
-                let set = (b.u8() & 1) as u64;
+                let set = (b.u8() & 3) as u64;
                 let blk = b.u16() as u64 % zb;
                 let off = (b.u16() as usize) % BLOCK;
                 let len = b.u8() as usize;
@@ -472,9 +473,9 @@ fn mutate(dev: &MemDevice, b: &mut Bytes<'_>) {
                 block[off..off + n].copy_from_slice(&bytes[..n]);
                 let _ = dev.write_at(&block, at);
             }
-            // Re-seal a superblock's CRC.
+            // Re-seal the CRC of the first block of zone 0-3 (a superblock, or a copy).
             1 => {
-                let at = (b.u8() & 1) as u64 * geo.zone_size;
+                let at = (b.u8() & 3) as u64 * geo.zone_size;
                 let mut block = vec![0u8; BLOCK];
                 if dev.read_at(&mut block, at).is_ok() {
                     seal_superblock(&mut block);
@@ -570,6 +571,10 @@ fn exercise_engine(e: Engine, pick: u8, strict: bool) {
     assert!(c.is_ok() || !strict, "close: {c:?}");
 }
 
+fn geo_blocks(dev: &MemDevice) -> u64 {
+    dev.geometry().zone_blocks()
+}
+
 /// `ZONEDD_FUZZ_TOLERATE_KNOWN=1`: let long runs go past the findings still open (never set
 /// by `cargo test` nor by scripts/fuzz.sh).
 fn tolerate_known() -> bool {
@@ -605,6 +610,20 @@ pub fn load(data: &[u8]) {
     x.sb_block = 0;
     y.sb_block = 0;
     assert_eq!(x, y, "second load chose a different superblock");
+
+    // Every superblock taken as valid was read where it says it is.
+    let p = sets::probe(&dev).expect("probe after load");
+    for (i, sp) in p.sets.iter().enumerate() {
+        if let Some((sb, l)) = &sp.valid {
+            let at = sp.zone.map(|z| z as u64 * geo_blocks(&dev));
+            assert_eq!(at, Some(sb.sb_block), "set {i}: superblock read elsewhere");
+            assert_eq!(
+                sp.zone,
+                Some(l.set_zone[i]),
+                "set {i} found outside its zone"
+            );
+        }
+    }
 
     // A loaded device can be checked, and its sets agree.
     let report = check(&dev, false).expect("check of a loaded device");
