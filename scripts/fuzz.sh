@@ -40,13 +40,14 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 
 export RUSTC_BOOTSTRAP=1
+mkdir -p tests/fuzz/artifacts
 FUZZ_DIR=tests/fuzz
 # No sanitizer (the code under test is safe Rust; ASan would only slow it down), but debug
 # assertions and overflow checks on.
 build_start=$(date +%s)
 # One build for all targets (they share every dependency).
 cargo fuzz build --fuzz-dir "$FUZZ_DIR" --sanitizer none --debug-assertions \
-    >"$FUZZ_DIR/build.log" 2>&1 || { cat "$FUZZ_DIR/build.log"; exit 1; }
+    >"$FUZZ_DIR/artifacts/build.log" 2>&1 || { cat "$FUZZ_DIR/artifacts/build.log"; exit 1; }
 echo "fuzz: built in $(( $(date +%s) - build_start )) s"
 
 triple=$(rustc -vV | sed -n 's/^host: //p')
