@@ -4,13 +4,18 @@
 # status to RESULT (a file in the host's tree, through 9p).
 #   guest-run.sh NAME SCRIPT TIMEOUT_S RESULT
 # The scenario sees: ZONEDD (the zonedd binary), ZONEDD_ROOT (the checkout), VM_SCRATCH (a
-# guest-RAM tmpfs under /run, also TMPDIR and HOME), DM_DISABLE_UDEV=1 (the guest runs no udev).
+# guest-RAM tmpfs under /run, also TMPDIR and HOME), DM_DISABLE_UDEV=1 (the guest runs no udev),
+# and the host's ZONEDD_VM_* variables.
 set -uo pipefail
 name=$1 script=$2 timeout=$3 result=$4
 
 export VM_SCRATCH=/run/zonedd-vm
 export TMPDIR=$VM_SCRATCH/tmp HOME=$VM_SCRATCH/home DM_DISABLE_UDEV=1
 mkdir -p "$TMPDIR" "$HOME" /run/lock
+# ZONEDD_VM_* variables of the host harness's environment (written next to RESULT).
+env_file=$(dirname "$result")/env
+# shellcheck disable=SC1090
+[ ! -f "$env_file" ] || source "$env_file"
 
 # configfs (null_blk's interface) is a module in this kernel.
 if modprobe configfs && ! mountpoint -q /sys/kernel/config; then

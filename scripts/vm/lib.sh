@@ -12,6 +12,7 @@
 #   VM_MEMORY  guest memory (default 4G)      VM_SMP  guest CPUs (default 2)
 #   VM_REFRESH=1  resolve and download the newest backports 6.12 kernel again
 #   VM_KERNEL_PKG  use this linux-image package instead of resolving one
+#   ZONEDD_VM_*    passed on to the scenario's environment
 
 VM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 
@@ -37,6 +38,7 @@ vm_init_paths() {
     mkdir -p "$VM_CACHE"
     VM_CACHE=$(cd "$VM_CACHE" && pwd -P)
     ZONEDD=${ZONEDD:-$VM_TARGET_DIR/release/zonedd}
+    case $ZONEDD in /*) ;; *) ZONEDD=$PWD/$ZONEDD ;; esac
 }
 
 # --- kernel -------------------------------------------------------------------------------------
@@ -248,6 +250,12 @@ $(dirname "$script")
 $VM_CACHE
 $(dirname "$ZONEDD")")"
     } >"$j/job.env"
+    # Variables named ZONEDD_VM_* reach the scenario (guest-run.sh sources this file).
+    local var
+    : >"$rundir/env"
+    for var in $(compgen -e); do
+        case $var in ZONEDD_VM_*) printf 'export %s=%q\n' "$var" "${!var}" >>"$rundir/env" ;; esac
+    done
     cp "$VM_INITRD_BASE" "$rundir/initrd"
     # An uncompressed archive after a compressed one must start 4-byte aligned, else the kernel
     # says "invalid magic at start of compressed archive": pad with zeros (which it skips).
