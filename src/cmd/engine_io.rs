@@ -210,13 +210,15 @@ impl Target {
             ));
         };
         let before = e.stats();
+        let t = std::time::Instant::now();
         e.trigger_reclaim();
         e.wait_reclaim_idle();
         let after = e.stats();
         eprintln!(
-            "reclaim: {} zone(s) reclaimed, {} block(s) copied; {} buffer zone(s) left",
+            "reclaim: {} zone(s) reclaimed, {} block(s) copied in {:.1} s; {} buffer zone(s) left",
             after.reclaim_zones - before.reclaim_zones,
             after.reclaim_blocks_copied - before.reclaim_blocks_copied,
+            t.elapsed().as_secs_f64(),
             after.zones_buffer
         );
         Ok(())
