@@ -298,9 +298,10 @@ pub(super) fn log_op(
     Ok(last)
 }
 
-/// Check a Write record's blocks at replay: below the write pointer of a sequential zone
-/// and, unless a flush is proven to cover the record, holding the data it describes (each
-/// block on its own: a later logged write may have overwritten some of them in place).
+/// Check a Write record's blocks at replay. A record a durable log block proves flushed is
+/// trusted; otherwise each block must be below a sequential zone's write pointer and hold
+/// the data the record describes (each block on its own: a later logged write may have
+/// overwritten some of them in place).
 fn landed_blocks(
     dev: &dyn ZonedDevice,
     zones: &Zones,
@@ -310,13 +311,15 @@ fn landed_blocks(
     crcs: &[u32],
     proven: bool,
 ) -> Vec<bool> {
+    // A proven record's data was durable when written; the zone may have been freed, reset
+    // and reused since (later records say so), so today's write pointer proves nothing.
+    if proven {
+        return vec![true; crcs.len()];
+    }
     let zi = &zones.z[zone as usize];
     let mut ok: Vec<bool> = (0..crcs.len() as u32)
         .map(|i| !zi.seq || block + i < zi.wp)
         .collect();
-    if proven {
-        return ok;
-    }
     let mut buf = vec![0u8; crcs.len() * BLOCK];
     let off = zone as u64 * zone_size + block as u64 * BLOCK as u64;
     if dev.read_at(&mut buf, off).is_err() {
@@ -492,6 +495,14 @@ pub(super) fn load(dev: Arc<dyn ZonedDevice>, opts: EngineOptions) -> Result<Inn
                 );
                 if ok.iter().any(|x| !x) {
                     skipped += 1;
+                    if std::env::var_os("DMZ_DEBUG_REPLAY").is_some() {
+                        let bad: Vec<usize> = (0..ok.len()).filter(|&i| !ok[i]).collect();
+                        eprintln!(
+                            "replay partial seq {seq} zone {zone} block {block} n {} other {other} bad {bad:?} wp {} proven<{proven_below}",
+                            ok.len(),
+                            st.zones.z[*zone as usize].wp
+                        );
+                    }
                 }
                 // Apply the runs of blocks that landed.
                 let mut i = 0;
