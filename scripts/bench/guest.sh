@@ -39,13 +39,13 @@ Z=$(zonedd_bin) || exit 1
 ZONE_MB=64
 CONV=6          # conventional zones: 2 hold metadata, the rest buffer random writes
 if [ "$QUICK" = 1 ]; then
-    ZONES=24 RESERVED=2 SPAN_MB=256 FSYNC_MB=64
+    ZONES=16 RESERVED=2 SPAN_MB=256 FSYNC_MB=64
     T_SEQ=5 T_RW=4 T_SHORT=2 T_FSYNC=2 DBENCH_S=3 DBENCH_CLIENTS=2 FILL_PCT=20 OW_S=2
     SETTLE_CAP=8 STABLE_S=3 IDLE_S=3
 else
-    ZONES=40 RESERVED=4 SPAN_MB=1024 FSYNC_MB=256
+    ZONES=24 RESERVED=2 SPAN_MB=1024 FSYNC_MB=256
     T_SEQ=40 T_RW=45 T_SHORT=10 T_FSYNC=10 DBENCH_S=15 DBENCH_CLIENTS=4 FILL_PCT=70 OW_S=15
-    SETTLE_CAP=90 STABLE_S=12 IDLE_S=30
+    SETTLE_CAP=150 STABLE_S=25 IDLE_S=30 # dm-zoned's reclaim waits for 10 s of idleness
 fi
 ZONE_SECTORS=$((ZONE_MB * 2048))
 SEQ_OFF=$((CONV * ZONE_MB << 20)) # raw: first sequential zone
@@ -283,13 +283,17 @@ ctxsw_threads() {
 # settle TARGET: seconds until the target's reclaim fingerprint stopped changing (stable for
 # STABLE_S), capped at SETTLE_CAP; the fingerprints go to OUT/TARGET/settle.log.
 settle() {
-    local t=$1 t0 last fp prev="" changed_at=0 e
+    local t=$1 t0 fp prev="" first="" changed_at=0 e
     t0=$(now)
     while :; do
         e=$(elapsed "$t0")
         fp=$(fingerprint "$t")
         printf '%s %s\n' "$e" "$fp" >>"$OUT/$t/settle.log"
-        if [ "$fp" != "$prev" ]; then
+        # The first sample is the reference: only later changes count.
+        if [ -z "$first" ]; then
+            first=1
+            prev=$fp
+        elif [ "$fp" != "$prev" ]; then
             changed_at=$e
             prev=$fp
         fi
@@ -341,7 +345,7 @@ fs_phase() {
         --ioengine=psync --group_reporting --output-format=json)
     log "$t: fill $((nfiles * 32)) MiB ($FILL_PCT %)"
     t0=$(now)
-    if timeout -k 10 $((T_SEQ * 4 + MARGIN)) fio --name=fill "${files[@]}" --output="$OUT/$t/fill.json" \
+    if timeout -k 10 $((T_SEQ * 6 + MARGIN)) fio --name=fill "${files[@]}" --output="$OUT/$t/fill.json" \
         --rw=write --bs=1M --end_fsync=1 >"$OUT/$t/fill.log" 2>&1; then
         rec "$t" fill_s "$(elapsed "$t0")" s
     else

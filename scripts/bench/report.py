@@ -9,6 +9,7 @@ Writes RESULTS_DIR/report.md and RESULTS_DIR/perf-*.png. With --docs, also copie
 DOCS_DIR/perf-*.png and replaces the "VM benchmarks" section (between the bench-vm markers) of
 DOCS_DIR/PERFORMANCE.md, leaving every other section as it is.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -40,7 +41,7 @@ ROWS = [
     ("fsync.sync_p50_us", "fsync p50, us", "lo"),
     ("fsync.sync_p99_us", "fsync p99, us", "lo"),
     ("dbench_MBps", "dbench -F (xfs), MB/s", "hi"),
-    ("fill_s", "xfs fill to 70 %, s", "lo"),
+    ("fill_s", "xfs fill (32 MiB files), s", "lo"),
     ("overwrite_MBps", "xfs 4K overwrites, MB/s", "hi"),
     ("umount_s", "umount, s", "lo"),
     ("settle_s", "reclaim settle after umount, s", "lo"),
@@ -135,19 +136,29 @@ def plot_randwrite(d, res, png):
         pts = read_log(os.path.join(d, t, "randwrite_iops.1.log"))
         if pts:
             dat = os.path.join(d, t, "randwrite_iops.dat")
+            # fio logs nothing for a second in which no write completed: that is a zero.
+            per_s = {}
+            for x, y in pts:
+                per_s[round(x)] = per_s.get(round(x), 0.0) + y
+            last = max(per_s)
+            try:
+                with open(os.path.join(d, t, "randwrite.json")) as f:
+                    last = max(last, round(json.load(f)["jobs"][0]["job_runtime"] / 1000))
+            except (OSError, ValueError, KeyError, IndexError):
+                pass
             with open(dat, "w") as f:
-                for x, y in pts:
-                    f.write(f"{x:.1f} {max(y, 0.5):.1f}\n")
+                for sec in range(1, last + 1):
+                    f.write(f"{sec} {max(per_s.get(sec, 0.0), 0.5):.1f}\n")
             series.append((dat, NAMES[t]))
     if not series:
         return False
-    plots = ", ".join(f"'{p}' using 1:2 with lines lw 2 title '{n}'" for p, n in series)
+    plots = ", ".join(f"'{p}' using 1:2 with linespoints lw 2 pt 7 ps 0.4 title '{n}'" for p, n in series)
     gnuplot(
         f"""set terminal pngcairo size 720,360 font ',9'
 set output '{png}'
 set title '4 KiB random writes over the span, per second (after a sequential fill)'
 set xlabel 'seconds'
-set ylabel 'IOPS (log)'
+set ylabel 'IOPS (log; 0.5 = none completed)'
 set logscale y
 set grid
 set key outside right top
@@ -173,7 +184,7 @@ def plot_settle(d, res, png):
     gnuplot(
         f"""set terminal pngcairo size 560,340 font ',9'
 set output '{png}'
-set title 'xfs at 70 %: umount, then reclaim until idle'
+set title 'xfs after fill and overwrites: umount, then reclaim until idle'
 set ylabel 'seconds'
 set style data histograms
 set style histogram rowstacked
