@@ -4,7 +4,7 @@
 # conventional, max 8 open / 12 active) reports the expected zone table and limits; scsi_debug
 # zbc=host-managed with 4 KiB sectors appears as a host-managed /dev/sdX; dm-zoned loads and
 # registers the "zoned" target. Everything is torn down at the end.
-# vm-timeout: 120
+# vm-timeout: 300
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
 
