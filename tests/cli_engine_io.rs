@@ -512,3 +512,31 @@ fn reclaim_keeps_data() {
     let o = zonedd(&["engine-io", "--raw", f.to_str().unwrap(), "reclaim"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
+
+/// The same engine bug in the library alone, on an in-memory device: after a reclaim and a
+/// clean `close()`, `dmz::check` finds the freed sequential zone still written.
+#[test]
+#[ignore = "engine bug: freed sequential zones are not reset by close (reported)"]
+fn engine_close_after_reclaim_leaves_no_written_free_zone() {
+    let mut opts = EmulateOptions::new(48 * ZONE, ZONE);
+    opts.conventional = 8;
+    let dev: Arc<dyn zbd::ZonedDevice> = Arc::new(zbd::MemDevice::new(&opts).unwrap());
+    let fmt = dmz::sets::FormatOptions {
+        label: None,
+        reserved_seq: 4,
+    };
+    dmz::sets::format_device(dev.as_ref(), &fmt, &mut |_, _| {}).unwrap();
+    let e = Engine::open(dev.clone(), EngineOptions::default()).unwrap();
+    e.write(0, &bytes(1, M), false).unwrap(); // chunk 0 in a sequential zone
+    e.write(256 * K, &bytes(2, 64 * K), false).unwrap(); // its buffer zone
+    e.trigger_reclaim();
+    e.wait_reclaim_idle();
+    assert_eq!(
+        e.stats().zones_buffer,
+        0,
+        "reclaim did not merge the buffer"
+    );
+    e.close().unwrap();
+    let report = dmz::check::check(dev.as_ref(), false).unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+}

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Superseded as a regression test by tests/vm/dmzoned-interop.sh, which formats and writes
+# the null_blk with zonedd itself; this script is kept because it made the vectors.)
 # Cross-check that made the zonedd-*.bin vectors: the kernel's dm-zoned loads a volume formatted
 # by zonedd (metadata copied from an emulated image onto a null_blk with the vector's geometry),
 # serves writes and commits. Before: `zonedd emulate $OUT/zk.img --size 1536M --zone-size 64M
