@@ -80,12 +80,15 @@ for delay in 1 3; do
     echo "ok: fio verified after kill at ${delay}s (new daemon pid $(field "$id" pid))"
 done
 
-vm_step "a written pattern survives kill + recover"
+vm_step "a written pattern survives kill + create --recover-if-present (the systemd restart path)"
 head -c $((4 << 20)) /dev/urandom >"$VM_SCRATCH/pattern"
 dd if="$VM_SCRATCH/pattern" of="$bdev" bs=1M seek=100 oflag=direct conv=fsync status=none
 kill -9 "$(field "$id" pid)"
 wait_state "$id" quiesced
-"$Z" recover "$id" >/dev/null
+if "$Z" create --backend "$backend" 2>"$VM_SCRATCH/err"; then vm_fail "create on a backend in use succeeded"; fi
+grep -q "zonedd recover $id" "$VM_SCRATCH/err" || vm_fail "create message: $(cat "$VM_SCRATCH/err")"
+out=$("$Z" create --backend "$backend" --recover-if-present)
+[ "$(sed -n 1p <<<"$out")" = "$bdev" ] || vm_fail "--recover-if-present gave '$out', not $bdev"
 dd if="$bdev" of="$VM_SCRATCH/back" bs=1M skip=100 count=4 iflag=direct status=none
 cmp "$VM_SCRATCH/pattern" "$VM_SCRATCH/back" || vm_fail "data differs after recovery"
 echo "ok: pattern intact"
