@@ -172,13 +172,15 @@ fingerprint() {
 }
 
 # --- fio ---------------------------------------------------------------------------------------
-# fio_run TARGET JOB LIMIT_S FIO_ARGS...: JSON into OUT/TARGET/JOB.json; 0 on success.
+# fio_run TARGET JOB LIMIT_S FIO_ARGS...: JSON into OUT/TARGET/JOB.json; 0 on success. The host
+# (report.py) reads the figures from the JSON: jq in the emulated guest costs seconds a run.
 fio_run() {
     local t=$1 j=$2 limit=$3 rc
     shift 3
-    local d=$OUT/$t
+    local d=$OUT/$t t0
     mkdir -p "$d"
     log "$t: fio $j"
+    t0=$(now)
     timeout -k 10 $((limit + MARGIN)) fio --name="$j" --output-format=json --output="$d/$j.json" \
         --filename="$DEV" --direct=1 --ioengine=libaio --group_reporting "$@" >"$d/$j.log" 2>&1
     rc=$?
@@ -188,25 +190,7 @@ fio_run() {
         dmesg | tail -n 20 >"$d/$j.dmesg"
         return 1
     fi
-}
-
-# fio_metrics TARGET JOB DIR(read|write): throughput, IOPS, completion latency p50/p99/max
-# (one jq run: each costs a second or more in the emulated guest).
-fio_metrics() {
-    local t=$1 j=$2 dir=$3 f=$OUT/$1/$2.json m v u
-    while read -r m v u; do
-        rec "$t" "$j.$m" "$v" "$u"
-    done < <(jq -r --arg d "$dir" '.jobs[0] as $j | $j[$d] as $x |
-        ($x.clat_ns.percentile // {}) as $p | ($j.sync.lat_ns.percentile // {}) as $s |
-        "\($d)_MBps \($x.bw_bytes / 1e6 * 100 | round / 100) MB/s",
-        "\($d)_iops \($x.iops | round) IOPS",
-        "\($d)_p50_us \(($p["50.000000"] // 0) / 1000 | round) us",
-        "\($d)_p99_us \(($p["99.000000"] // 0) / 1000 | round) us",
-        "\($d)_max_us \($x.clat_ns.max / 1000 | round) us",
-        (if $d == "write" and ($s | length) > 0 then
-            "sync_p50_us \(($s["50.000000"] // 0) / 1000 | round) us",
-            "sync_p99_us \(($s["99.000000"] // 0) / 1000 | round) us"
-        else empty end)' "$f")
+    log "$t: fio $j done in $(elapsed "$t0") s"
 }
 
 # Where the span lives: raw writes go to sequential zones (zbd mode), the others from 0.
@@ -239,30 +223,26 @@ block_phase() {
         return 1
     }
     # 1. sequential write, 1 MiB blocks, the whole span (also the precondition for the rest).
-    fio_run "$t" seqwrite "$T_SEQ" "${sa[@]}" --rw=write --bs=1M --iodepth=8 --runtime="$T_SEQ" &&
-        fio_metrics "$t" seqwrite write
+    fio_run "$t" seqwrite "$T_SEQ" "${sa[@]}" --rw=write --bs=1M --iodepth=8 --runtime="$T_SEQ"
     # 2. 4 KiB random reads over the written span.
     fio_run "$t" randread "$T_SHORT" "${sa[@]}" --rw=randread --bs=4k --iodepth=16 \
-        --runtime="$T_SHORT" --time_based --randrepeat=0 && fio_metrics "$t" randread read
+        --runtime="$T_SHORT" --time_based --randrepeat=0
     # 3. 4 KiB random writes sustained over the span (raw: zbd mode turns them into writes at
     #    random zones' write pointers), per-second throughput log.
     raw_reset "$t"
     fio_run "$t" randwrite "$T_RW" "${sa[@]}" --rw=randwrite --bs=4k --iodepth=16 \
         --runtime="$T_RW" --time_based --randrepeat=0 \
         --write_bw_log="$OUT/$t/randwrite" --write_iops_log="$OUT/$t/randwrite" \
-        --log_avg_msec=1000 && fio_metrics "$t" randwrite write
+        --log_avg_msec=1000
     snapshot "$t" "$OUT/$t/after-randwrite.status"
     # 4. 70/30 random read/write mix (not on raw: sequential zones take no overwrites).
     if [ "$t" != raw ]; then
         fio_run "$t" mix7030 "$T_SHORT" "${sa[@]}" --rw=randrw --rwmixread=70 --bs=4k \
-            --iodepth=16 --runtime="$T_SHORT" --time_based --randrepeat=0 &&
-            fio_metrics "$t" mix7030 read && fio_metrics "$t" mix7030 write
+            --iodepth=16 --runtime="$T_SHORT" --time_based --randrepeat=0
     fi
     # 5. 4 KiB sequential writes, fsync after each, into fresh chunks.
-    if fio_run "$t" fsync "$T_FSYNC" "${fa[@]}" --rw=write --bs=4k --iodepth=1 --fsync=1 \
-        --runtime="$T_FSYNC" --time_based; then
-        fio_metrics "$t" fsync write
-    fi
+    fio_run "$t" fsync "$T_FSYNC" "${fa[@]}" --rw=write --bs=4k --iodepth=1 --fsync=1 \
+        --runtime="$T_FSYNC" --time_based
     snapshot "$t" "$OUT/$t/after-block.status"
     target_down "$t"
 }

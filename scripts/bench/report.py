@@ -83,6 +83,40 @@ def load(path):
     return res
 
 
+FIO_JOBS = [("seqwrite", ["write"]), ("randread", ["read"]), ("randwrite", ["write"]),
+            ("mix7030", ["read", "write"]), ("fsync", ["write"])]
+
+
+def fio_figures(d, res):
+    """Throughput, IOPS and latency percentiles from each target's fio JSON (the guest keeps the
+    JSON; jq runs in the emulated guest cost seconds each)."""
+    for t in TARGETS:
+        for job, dirs in FIO_JOBS:
+            path = os.path.join(d, t, f"{job}.json")
+            if not os.path.exists(path):
+                continue
+            try:
+                text = open(path).read()
+                j = json.loads(text[text.index("{"):])["jobs"][0]
+            except (ValueError, KeyError, IndexError):
+                continue
+            r = res.setdefault(t, {})
+            if r.get(job, "").startswith(("error", "timeout")):
+                continue
+            for dr in dirs:
+                x = j[dr]
+                pct = x.get("clat_ns", {}).get("percentile", {})
+                r.setdefault(f"{job}.{dr}_MBps", f"{x['bw_bytes'] / 1e6:.2f}")
+                r.setdefault(f"{job}.{dr}_iops", f"{x['iops']:.0f}")
+                r.setdefault(f"{job}.{dr}_p50_us", f"{pct.get('50.000000', 0) / 1000:.0f}")
+                r.setdefault(f"{job}.{dr}_p99_us", f"{pct.get('99.000000', 0) / 1000:.0f}")
+                r.setdefault(f"{job}.{dr}_max_us", f"{x['clat_ns']['max'] / 1000:.0f}")
+            sp = j.get("sync", {}).get("lat_ns", {}).get("percentile", {})
+            if job == "fsync" and sp:
+                r.setdefault("fsync.sync_p50_us", f"{sp.get('50.000000', 0) / 1000:.0f}")
+                r.setdefault("fsync.sync_p99_us", f"{sp.get('99.000000', 0) / 1000:.0f}")
+
+
 def num(v):
     if v is None:
         return None
@@ -190,6 +224,7 @@ set style data histograms
 set style histogram rowstacked
 set style fill solid 0.8 border -1
 set boxwidth 0.6
+set bmargin 4
 set grid ytics
 set key outside right top
 plot '{dat}' using 2:xtic(1) title 'umount', '' using 3 title 'reclaim settle'
@@ -277,6 +312,7 @@ def main():
     if len(sys.argv) >= 4 and sys.argv[2] == "--docs":
         docs = os.path.abspath(sys.argv[3])
     res = load(os.path.join(d, "results.tsv"))
+    fio_figures(d, res)
     plots = []
     try:
         if plot_randwrite(d, res, os.path.join(d, "perf-randwrite.png")):
