@@ -72,7 +72,8 @@ ZONEDD=$out/zonedd
     echo "started $(date -u +%FT%TZ)"
     echo "host_uptime_before $(uptime)"
     echo "host_cpus $(nproc)"
-    echo "zonedd_commit $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')"
+    echo "zonedd_commit $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?') (HEAD when the run started)"
+    echo "zonedd_binary built $(date -u -r "$ZONEDD" +%FT%TZ), sha256 $(sha256sum "$ZONEDD" | cut -c1-16)"
 } >"$out/host.txt"
 
 # The guest runs a one-line scenario that calls the guest-side script with our arguments.
