@@ -22,7 +22,7 @@ targets=()
 for a in "$@"; do
     case "$a" in
         --install) install=1 ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
         *) targets+=("$a") ;;
     esac
 done

@@ -130,6 +130,32 @@ fn superblock_found_by_the_scan_must_be_where_it_says() {
     );
 }
 
+/// Finding (load target, tests/fuzz/regressions/load/engine-freed-zone-not-reset), reduced:
+/// the engine frees a sequential zone whose blocks are all invalidated (here by a discard)
+/// without resetting it, and leaves it so after a clean close; `zonedd check` then reports
+/// "unmapped sequential zone N is not empty" and exits 1. dm-zoned resets a sequential zone when
+/// it frees it (reference: discard "fully invalid zones are freed and reset immediately").
+#[test]
+fn engine_close_leaves_no_stray_sequential_zone() {
+    use std::sync::Arc;
+    use zbd::{MemDevice, ZonedDevice};
+    let dev = Arc::new(MemDevice::with_zones(1 << 20, 16, 4).unwrap());
+    let opts = dmz::sets::FormatOptions {
+        label: Some("free".into()),
+        reserved_seq: 2,
+    };
+    dmz::sets::format_device(dev.as_ref(), &opts, &mut |_, _| {}).unwrap();
+    let mut o = dmz::engine::EngineOptions::default();
+    o.reclaim.enabled = false;
+    let e = dmz::engine::Engine::open(dev.clone(), o).unwrap();
+    e.write(0, &[7u8; 8192], false).unwrap(); // chunk 0, straight to a sequential zone
+    e.flush().unwrap();
+    e.discard(0, 8192).unwrap(); // every block of that zone invalid: the chunk is unmapped
+    e.close().unwrap();
+    let r = dmz::check::check(dev.as_ref(), false).unwrap();
+    assert!(r.errors.is_empty(), "after a clean close: {:?}", r.errors);
+}
+
 /// `seal_superblock` (the fuzz input's CRC re-seal) gives a block that passes the CRC check,
 /// so that sealed mutations reach the field checks.
 #[test]
