@@ -674,6 +674,15 @@ pub fn load(data: &[u8]) {
     let e = Engine::open(dev.clone(), engine_opts()).expect("engine open of a clean volume");
     exercise_engine(e, pick, true);
     let last = check(dev.as_ref(), false).expect("check after the engine closed");
+    if tolerate_known()
+        && last
+            .errors
+            .iter()
+            .all(|f| f.kind == FindingKind::UnmappedSeqNotEmpty)
+    {
+        // Known finding (regressions/load/engine-freed-zone-not-reset).
+        return;
+    }
     assert!(
         last.summary.clean,
         "not clean after close: {:?}",
