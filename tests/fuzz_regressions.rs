@@ -138,7 +138,7 @@ fn superblock_found_by_the_scan_must_be_where_it_says() {
 #[test]
 fn engine_close_leaves_no_stray_sequential_zone() {
     use std::sync::Arc;
-    use zbd::{MemDevice, ZonedDevice};
+    use zbd::MemDevice;
     let dev = Arc::new(MemDevice::with_zones(1 << 20, 16, 4).unwrap());
     let opts = dmz::sets::FormatOptions {
         label: Some("free".into()),
