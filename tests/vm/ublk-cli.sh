@@ -73,4 +73,18 @@ if [ -e "/proc/$pid" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status"; 
 fi
 [ ! -e "/run/zonedd/$id.sock" ] && [ ! -e "/run/zonedd/$id.json" ] || vm_fail "run files left"
 [ "$("$Z" list --json | json "len(d)")" = 0 ] || vm_fail "list not empty after delete"
+
+vm_step "SIGTERM shuts the daemon down cleanly"
+out=$("$Z" create --backend mem:64M)
+bdev=$(sed -n 1p <<<"$out")
+id=$(sed -n 's/^id //p' <<<"$out")
+pid=$("$Z" list --json | json "[x for x in d if x['id']==$id][0]['pid']")
+kill -TERM "$pid"
+for ((i = 0; i < 100; i++)); do
+    [ -e "$bdev" ] || [ -e "/run/zonedd/$id.json" ] || break
+    sleep 0.1
+done
+[ ! -e "$bdev" ] || vm_fail "$bdev still exists 10 s after SIGTERM"
+[ ! -e "/run/zonedd/$id.json" ] || vm_fail "record left after SIGTERM"
+echo "ok: SIGTERM removed the device"
 echo "ublk-cli: all checks passed"
