@@ -156,6 +156,38 @@ fn engine_close_leaves_no_stray_sequential_zone() {
     assert!(r.errors.is_empty(), "after a clean close: {:?}", r.errors);
 }
 
+/// Finding (load target, tests/fuzz/regressions/load/load-keeps-differing-dev-uuid): the two
+/// superblocks differ in the device UUID at the same generation. `sets::load` accepts that and
+/// changes nothing (it compares blocks 1.. of the sets, and set UUID, label and sizes of the
+/// superblocks), while `check` compares every superblock field and reports "metadata sets
+/// differ ... block 0" (exit 1) on a device that load calls consistent. One of the two should
+/// give way: load resyncing a differing superblock, or check not comparing the device UUID
+/// (the kernel does not compare it between the two sets of one device).
+#[test]
+fn load_and_check_agree_on_differing_device_uuids() {
+    use dmz::format::{Superblock, BLOCK};
+    use zbd::{MemDevice, ZonedDevice};
+    let dev = MemDevice::with_zones(1 << 20, 16, 4).unwrap();
+    let opts = dmz::sets::FormatOptions {
+        label: Some("uuid".into()),
+        reserved_seq: 2,
+    };
+    let l = dmz::sets::format_device(&dev, &opts, &mut |_, _| {}).unwrap();
+    let mut b = vec![0u8; BLOCK];
+    dev.read_at(&mut b, l.mblk_offset(1, 0)).unwrap();
+    let mut sb = Superblock::decode(&b).unwrap();
+    sb.dev_uuid[15] ^= 0x5a;
+    dmz::sets::write_superblock(&dev, &l, 1, &sb).unwrap();
+    let loaded = dmz::sets::load(&dev).unwrap();
+    let r = dmz::check::check(&dev, false).unwrap();
+    assert!(
+        r.errors.is_empty(),
+        "load acted {:?}, then check found {:?}",
+        loaded.actions,
+        r.errors
+    );
+}
+
 /// `seal_superblock` (the fuzz input's CRC re-seal) gives a block that passes the CRC check,
 /// so that sealed mutations reach the field checks.
 #[test]
