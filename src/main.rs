@@ -52,6 +52,9 @@ enum Command {
 fn main() -> ExitCode {
     cmd::init_logging();
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Create(_) | Command::Recover(_)) {
+        restore_default_sigpipe();
+    }
     let result = match cli.command {
         Command::Emulate(a) => cmd::emulate::run(a),
         Command::Report(a) => cmd::report::run(a),
@@ -72,5 +75,17 @@ fn main() -> ExitCode {
             eprintln!("zonedd: {e}");
             ExitCode::from(e.exit_code())
         }
+    }
+}
+
+/// Rust ignores SIGPIPE, so `zonedd check --json | head` would panic in `println!` once the
+/// reader is gone. Short-lived commands take the default (quiet exit) like other tools; the
+/// daemon (create, recover) keeps ignoring it so a client hanging up on its control socket
+/// cannot kill it.
+fn restore_default_sigpipe() {
+    // SAFETY: called once at start-up before any other thread exists; SIG_DFL is a valid
+    // disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -94,9 +94,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         }
     };
     println!(
-        "created {}: {} zones of {} ({} conventional, {} sequential-write-required), \
-         capacity {}, max-open {}, max-active {}",
+        "created {}: {} in {} zones of {} ({} conventional, {} sequential-write-required), \
+         zone capacity {}, max-open {}, max-active {}",
         dev.describe(),
+        fmt_size(g.capacity()),
         g.nr_zones,
         fmt_size(g.zone_size),
         conv,
