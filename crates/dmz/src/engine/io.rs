@@ -367,20 +367,24 @@ fn wait_free(inner: &Inner, conv_only: bool, deadline: Instant) -> Result<(), En
         if !inner.opts.reclaim.enabled || Instant::now() >= deadline {
             return Err(nospace());
         }
+        let p = st.reclaim_passes;
         match pass0 {
-            None => pass0 = Some(st.reclaim_passes),
+            None => pass0 = Some(p),
             // A whole pass that started after we asked found nothing to free.
-            Some(p) if st.reclaim_passes >= p + 2 && !st.reclaim_last_progress => {
-                return Err(nospace())
-            }
+            Some(p0) if p >= p0 + 2 && !st.reclaim_last_progress => return Err(nospace()),
             _ => {}
         }
         st.waiters += 1;
-        drop(st);
-        inner.kick_reclaim();
-        st = inner.state.lock();
-        if !have(&st) && st.zones.pending_free.is_empty() {
-            inner.free_cv.wait_until(&mut st, deadline);
+        MutexGuard::unlocked(&mut st, || inner.kick_reclaim());
+        // Reclaim bumps `reclaim_passes` under this lock before it signals: re-checking it
+        // here means a signal cannot be missed. The 1 s cap only bounds noticing a failure.
+        if !have(&st)
+            && st.zones.pending_free.is_empty()
+            && st.reclaim_passes == p
+            && inner.check_failed().is_ok()
+        {
+            let until = deadline.min(Instant::now() + std::time::Duration::from_secs(1));
+            inner.free_cv.wait_until(&mut st, until);
         }
         st.waiters -= 1;
     }

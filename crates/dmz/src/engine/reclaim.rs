@@ -212,7 +212,9 @@ pub(super) fn reclaim_thread(inner: &Arc<Inner>) {
         let progress = match run_pass(inner, mode) {
             Ok(p) => p,
             Err(e) => {
+                // Like dm-zoned's dying device: stop rather than retry on a failing device.
                 warn!(error = %e, "reclaim failed");
+                inner.fail(&e);
                 false
             }
         };
