@@ -191,7 +191,7 @@ fn opts() -> EngineOptions {
     let mut o = test_opts();
     o.commit_interval = Duration::from_millis(2);
     o.cache_bitmap_blocks = 4;
-    o.reclaim.wait_timeout = Duration::from_secs(20);
+    o.reclaim.wait_timeout = Duration::from_secs(10);
     o
 }
 
