@@ -107,7 +107,6 @@ struct Ctx<'a> {
     layout: Layout,
     zones: Vec<Zone>,
     map: Vec<MapEntry>,
-    map_dirty: bool,
     /// Repaired bitmap blocks by metadata block number.
     dirty_bitmaps: BTreeMap<u32, Vec<u8>>,
     /// Sequential zones to reset once the metadata is committed.
@@ -154,7 +153,6 @@ impl Ctx<'_> {
 
     fn set_entry(&mut self, chunk: u32, e: MapEntry) {
         self.map[chunk as usize] = e;
-        self.map_dirty = true;
     }
 
     /// The mapping checks; returns the owner chunk of every zone after the planned fixes.
@@ -540,10 +538,9 @@ fn commit(ctx: &Ctx<'_>, primary: usize, sb: &Superblock) -> Result<()> {
     ctx.dev.flush()?;
     write_superblock(ctx.dev, layout, other, &new_sb)?;
     ctx.dev.flush()?;
-    // Then the primary in place: only the blocks that changed.
-    if ctx.map_dirty {
-        write_meta_blocks(ctx.dev, layout, primary, 1, &map_bytes)?;
-    }
+    // Then the primary in place: the map always (rebuilt from entries, it normalises the
+    // unused tail past nr_chunks to 0xFF as in the other set), and the changed bitmaps.
+    write_meta_blocks(ctx.dev, layout, primary, 1, &map_bytes)?;
     for (m, d) in &ctx.dirty_bitmaps {
         write_meta_blocks(ctx.dev, layout, primary, *m, d)?;
     }
@@ -593,7 +590,6 @@ pub fn check(dev: &dyn ZonedDevice, repair: bool) -> Result<CheckReport> {
         layout: layout.clone(),
         zones,
         map,
-        map_dirty: false,
         dirty_bitmaps: BTreeMap::new(),
         to_reset: Vec::new(),
         findings: sb_findings.into_iter().map(|f| (f, true)).collect(),
