@@ -241,7 +241,8 @@ fn check_sb_at(
     set: usize,
 ) -> Result<SetProbe> {
     let zone_blocks = geometry.zone_blocks();
-    let block = read_block(dev, zone as u64 * zone_blocks)?;
+    let at = zone as u64 * zone_blocks;
+    let block = read_block(dev, at)?;
     let magic = has_magic(&block[..]);
     let fail = |e: String| SetProbe {
         zone: Some(zone),
@@ -253,6 +254,14 @@ fn check_sb_at(
         Ok(sb) => sb,
         Err(e) => return Ok(fail(e.to_string())),
     };
+    // Like the kernel's dmz_check_sb: a superblock is only valid where it says it is (a copy
+    // found elsewhere, e.g. inside an image stored on the volume, is not this device's).
+    if sb.sb_block != at {
+        return Ok(fail(format!(
+            "bad superblock field sb_block: {}, but it was read from block {at} (zone {zone})",
+            sb.sb_block
+        )));
+    }
     let layout = match Layout::from_superblock(&sb, zones, geometry) {
         Ok(l) => l,
         Err(e @ FormatError::Zbd(_)) => return Err(e),
