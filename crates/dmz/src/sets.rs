@@ -491,7 +491,7 @@ pub fn load(dev: &dyn ZonedDevice) -> Result<Loaded> {
                 osb.gen, sb.gen
             ));
         }
-        Some(_) => {
+        Some((osb, _)) => {
             // Equal gens can still hide different blocks: a crash while a commit was
             // logging into the other set. Bring it back to the primary's content.
             let differ = diff_sets(dev, &layout)?;
@@ -511,6 +511,20 @@ pub fn load(dev: &dyn ZonedDevice) -> Result<Loaded> {
                     "resynchronised {} differing block(s) of metadata set {other} from set \
                      {primary} (both gen {})",
                     differ.len(),
+                    sb.gen
+                ));
+            }
+            // Then the superblocks, last, every field but sb_block (check compares the same): dmzadm
+            // writes one device UUID in both sets of a device, so a differing one is damage.
+            let mut same = osb.clone();
+            same.sb_block = sb.sb_block;
+            if same != sb {
+                warn!(set = other, "superblocks differ at equal gen");
+                write_superblock(dev, &layout, other, &sb)?;
+                dev.flush()?;
+                actions.push(format!(
+                    "rewrote superblock {other} from superblock {primary} (both gen {}): \
+                     fields differed",
                     sb.gen
                 ));
             }
