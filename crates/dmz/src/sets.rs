@@ -384,6 +384,16 @@ impl Probe {
                          `zonedd format --backend {what}`"
                     )));
                 }
+                // Metadata v1 in every superblock found: say so, it is not damage.
+                let v1 = FormatError::Version1.to_string();
+                if self
+                    .sets
+                    .iter()
+                    .filter(|s| s.magic)
+                    .all(|s| s.error.as_deref() == Some(v1.as_str()))
+                {
+                    return Err(FormatError::Version1);
+                }
                 let why: Vec<String> = self
                     .sets
                     .iter()
