@@ -212,14 +212,15 @@ fn both_superblocks_corrupt() {
     for set in 0..2 {
         edit_superblock(&img, &l, set, false, |b| b[100] ^= 0xff);
     }
+    // Nothing can be checked: refused (exit 2), the user must restore the device.
     let o = zonedd(&["check", p(&img)]);
     refused(
         &o,
-        1,
+        2,
         &["corrupt superblock", "superblock 0", "superblock 1", "CRC"],
     );
     let o = zonedd(&["check", p(&img), "--repair"]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("corrupt superblock"),
         "{}",
@@ -326,7 +327,7 @@ fn already_formatted_without_force() {
     let d = tempfile::tempdir().unwrap();
     let (img, _) = formatted(d.path());
     let o = zonedd(&["format", "--backend", p(&img)]);
-    refused(&o, 1, &["already formatted", "label \"bad\"", "--force"]);
+    refused(&o, 2, &["already formatted", "label \"bad\"", "--force"]);
 }
 
 #[test]
@@ -344,7 +345,7 @@ fn existing_filesystem_without_force() {
         dev.flush().unwrap();
     }
     let o = zonedd(&["format", "--backend", p(&img)]);
-    refused(&o, 1, &["contains an ext2/3/4 filesystem", "--force"]);
+    refused(&o, 2, &["contains an ext2/3/4 filesystem", "--force"]);
     let o = zonedd(&["format", "--backend", p(&img), "--force"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
@@ -358,7 +359,9 @@ fn mounted_device() {
     };
     // Refused before the device is opened (and it is not zoned either): nothing is written.
     let o = zonedd(&["format", "--backend", &dev]);
-    refused(&o, 1, &["is mounted on /", "unmount it first"]);
+    refused(&o, 2, &["is mounted on /", "unmount it first"]);
+    let line = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(line.matches(dev.as_str()).count(), 1, "path once: {line}");
 }
 
 // --- who holds the backend ------------------------------------------------------------------
@@ -369,13 +372,13 @@ fn backend_in_use_by_another_process() {
     let d = tempfile::tempdir().unwrap();
     let (img, _) = formatted(d.path());
     // What a running daemon holds: the exclusive open (flock on an image, O_EXCL on a disk).
-    // Busy is a failure to retry (exit 1), like a mounted device or a backend a live ublk
-    // device already serves.
+    // Refused before doing anything (exit 2), like a mounted device or a backend a live ublk
+    // device already serves: the user must stop the holder first.
     let held = zbd::open(&img).unwrap();
     let o = zonedd(&["check", p(&img)]);
-    refused(&o, 1, &["in use"]);
+    refused(&o, 2, &["in use"]);
     let o = zonedd(&["format", "--backend", p(&img), "--force"]);
-    refused(&o, 1, &["in use"]);
+    refused(&o, 2, &["in use"]);
     drop(held);
     let o = zonedd(&["check", p(&img)]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
@@ -400,7 +403,12 @@ fn missing_ublk_drv() {
         vec!["status", "0"],
     ] {
         let o = zonedd(&args);
-        refused(&o, 1, &["ublk_drv is not loaded", "modprobe ublk_drv"]);
+        refused(&o, 2, &["ublk_drv is not loaded", "modprobe ublk_drv"]);
+        assert!(
+            o.stdout.is_empty(),
+            "libublk's own hint leaked: {}",
+            text(&o)
+        );
     }
 }
 
@@ -426,14 +434,16 @@ fn not_root() {
         return;
     }
     if ublk_loaded() {
-        refused(&o, 1, &["zonedd create needs root"]);
+        refused(&o, 2, &["zonedd create needs root"]);
     } else {
         // ublk is checked first: the missing module is the first thing to fix.
-        refused(&o, 1, &["ublk_drv is not loaded"]);
+        refused(&o, 2, &["ublk_drv is not loaded"]);
     }
     // The backend itself (root's, mode 0644 after umask) cannot be opened for writing.
     let o = as_nobody(&["check", p(&img)]).unwrap();
-    refused(&o, 1, &["Permission denied"]);
+    refused(&o, 2, &["Permission denied"]);
+    let line = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(line.matches(p(&img)).count(), 1, "path once: {line}");
 }
 
 fn nix_is_root() -> bool {

@@ -32,7 +32,7 @@ fn create_without_ublk_drv_says_how_to_load_it() {
         eprintln!("skipped the ublk_drv hint assertion: /dev/ublk-control exists here");
         return;
     }
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
     assert!(
         e.contains("ublk_drv is not loaded: run `modprobe ublk_drv`"),
@@ -49,7 +49,7 @@ fn list_and_delete_without_ublk_drv_give_the_same_hint() {
     }
     for args in [&["list"][..], &["delete", "0"][..], &["recover", "0"][..]] {
         let o = zonedd(args);
-        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
         assert!(
             stderr(&o).contains("modprobe ublk_drv"),
             "{args:?}: {}",
@@ -67,12 +67,16 @@ fn delete_needs_an_id_or_all() {
 #[test]
 fn status_of_a_device_without_daemon_fails_clearly() {
     let o = zonedd(&["status", "4242"]);
-    assert_eq!(o.status.code(), Some(1));
+    // Refused before asking anything (exit 2): ublk_drv missing here, or no such daemon.
+    assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
-    assert!(
-        e.contains("ublk device 4242 has no running zonedd daemon"),
-        "{e}"
-    );
+    let want = if have_ublk() {
+        "ublk device 4242 has no running zonedd daemon"
+    } else {
+        "ublk_drv is not loaded: run `modprobe ublk_drv`"
+    };
+    assert!(e.contains(want), "{e}");
+    assert!(o.stdout.is_empty(), "{:?}", o.stdout);
 }
 
 #[test]

@@ -73,7 +73,7 @@ fn second_format_needs_force() {
     let p = img.to_str().unwrap();
     assert!(zonedd(&["format", "--backend", p]).status.success());
     let o = zonedd(&["format", "--backend", p]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("already formatted") && err.contains("--force"),
@@ -96,7 +96,7 @@ fn format_refuses_a_filesystem_without_force() {
     }
     let p = img.to_str().unwrap();
     let o = zonedd(&["format", "--backend", p]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("XFS"),
         "{}",

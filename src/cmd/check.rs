@@ -5,8 +5,9 @@
 //! so that writes a crashed zonedd daemon left in its metadata log are folded into the sets
 //! before anything is repaired (otherwise their zones look written but unmapped, and the
 //! repair would reset them). Exit status: 0 when no error is left (none found, or all
-//! repaired), 1 when errors remain or the metadata cannot be read (both superblocks bad, I/O
-//! error), 2 for bad input (no such device, not a zoned device or image, not formatted).
+//! repaired), 1 when errors remain or an I/O error stops it, 2 when nothing can be checked
+//! (no such device, not a zoned device or image, in use, not formatted, metadata v1, both
+//! superblocks corrupt).
 
 use std::path::PathBuf;
 
@@ -29,10 +30,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), CliError> {
     let p = args.path.display();
-    let dev = zbd::open(&args.path).map_err(|e| match e {
-        zbd::ZbdError::Open(_) | zbd::ZbdError::Invalid(_) => CliError::Usage(e.to_string()),
-        e => CliError::Failed(format!("{p}: {e}")),
-    })?;
+    let dev = super::open_backend(&args.path)?;
     let dev: std::sync::Arc<dyn zbd::ZonedDevice> = std::sync::Arc::from(dev);
     if args.repair {
         replay_log(&dev);
@@ -41,7 +39,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         FormatError::NotFormatted(_) => CliError::Usage(format!(
             "{p}: no valid dm-zoned superblock: not formatted? run `zonedd format --backend {p}`"
         )),
-        FormatError::Device(_) => CliError::Usage(format!("{p}: {e}")),
+        // Nothing checkable: the user must fix the device first (see CliError).
+        FormatError::Device(_) | FormatError::Version1 | FormatError::Corrupt(_) => {
+            CliError::Usage(format!("{p}: {e}"))
+        }
         e => CliError::Failed(format!("{p}: {e}")),
     })?;
     if args.json {

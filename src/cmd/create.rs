@@ -62,15 +62,14 @@ pub struct Args {
 const TEST_CHUNK: u64 = 4 << 20;
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    sys::check_ublk().map_err(failed)?;
-    sys::check_root("zonedd create").map_err(failed)?;
+    // Arguments first (the user's to fix wherever this runs), then the environment.
     if args.queues == 0 || args.depth == 0 || args.depth > 4096 {
         return Err(CliError::Usage(
             "--queues must be >= 1 and --depth between 1 and 4096".into(),
         ));
     }
-    let spec = DeviceSpec {
-        backend: canonical_backend(&args.backend)?,
+    let mut spec = DeviceSpec {
+        backend: args.backend.clone(),
         label: args.label.clone(),
         pool: args.pool.clone(),
         max_active: args.max_active,
@@ -79,8 +78,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         depth: args.depth,
     };
     pool_policy(&spec)?;
+    super::need_ublk()?;
+    super::need_root("zonedd create")?;
+    spec.backend = canonical_backend(&args.backend)?;
     let mut mode = Mode::Add { id: args.id };
-    let mut spec = spec;
     if let Some((id, state, stored)) = existing_device_for(&spec.backend) {
         match (state.as_str(), args.recover_if_present) {
             ("quiesced", true) => {
@@ -96,7 +97,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 frontend::device::delete_device(id).map_err(failed)?;
             }
             _ => {
-                return Err(CliError::Failed(format!(
+                return Err(CliError::Usage(format!(
                     "{} is already used by ublk device {id} ({state}){}",
                     spec.backend,
                     if state == "quiesced" {
@@ -109,10 +110,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         }
     }
     if args.format && matches!(mode, Mode::Add { .. }) {
-        format_backend(&spec).map_err(CliError::Failed)?;
+        format_backend(&spec)?;
     } else if !is_test_backend(&spec.backend) {
         // Fail here, before daemonizing, with the clearest message we can give.
-        check_backend(&spec.backend).map_err(CliError::Failed)?;
+        check_backend(&spec.backend)?;
     }
     serve_daemon(spec, mode, args.foreground)
 }
@@ -133,8 +134,8 @@ fn canonical_backend(b: &str) -> Result<String, CliError> {
         Some(p) => ("file:", p),
         None => ("", b),
     };
-    let p = std::fs::canonicalize(path)
-        .map_err(|e| CliError::Failed(format!("backend {path}: {e}")))?;
+    // Missing path: exit 2, as for format and check.
+    let p = std::fs::canonicalize(path).map_err(|e| CliError::Usage(format!("{path}: {e}")))?;
     Ok(format!("{prefix}{}", p.display()))
 }
 
@@ -164,42 +165,52 @@ fn existing_device_for(backend: &str) -> Option<(u32, String, Option<DeviceSpec>
 }
 
 /// Opens the backend and its metadata, to fail early: missing, not zoned, busy, mounted,
-/// not formatted.
-fn check_backend(backend: &str) -> Result<(), String> {
+/// not formatted (all exit 2: the user must fix them); an I/O error is exit 1.
+fn check_backend(backend: &str) -> Result<(), CliError> {
     let path = Path::new(backend);
-    sys::check_block_device_free(path).map_err(|e| e.to_string())?;
-    let dev = zbd::open(path).map_err(|e| e.to_string())?;
-    dmz::sets::probe(dev.as_ref())
-        .map_err(|e| format!("{backend}: {e}"))
-        .and_then(|p| {
-            p.choose(&dev.describe())
-                .map(|_| ())
-                .map_err(|e| not_formatted_hint(backend, e))
-        })
+    sys::check_block_device_free(path).map_err(|e| CliError::Usage(e.to_string()))?;
+    let dev = super::open_backend(path)?;
+    let p = dmz::sets::probe(dev.as_ref()).map_err(|e| metadata_error(backend, e))?;
+    p.choose(backend)
+        .map(|_| ())
+        .map_err(|e| metadata_error(backend, e))
+}
+
+/// A backend's metadata that cannot be used: the user's to fix (exit 2), except I/O errors.
+fn metadata_error(backend: &str, e: dmz::format::FormatError) -> CliError {
+    match e {
+        dmz::format::FormatError::Zbd(_) => CliError::Failed(format!("{backend}: {e}")),
+        other => CliError::Usage(not_formatted_hint(backend, other)),
+    }
 }
 
 fn not_formatted_hint(backend: &str, e: dmz::format::FormatError) -> String {
     match e {
-        dmz::format::FormatError::NotFormatted(m) => {
-            format!("{m}: run `zonedd format {backend}` first (or pass --format to create)")
-        }
+        dmz::format::FormatError::NotFormatted(_) => format!(
+            "{backend}: no valid dm-zoned superblock: not formatted? run \
+             `zonedd format --backend {backend}` first (or pass --format to create)"
+        ),
         other => format!("{backend}: {other}"),
     }
 }
 
-fn format_backend(spec: &DeviceSpec) -> Result<(), String> {
+fn format_backend(spec: &DeviceSpec) -> Result<(), CliError> {
     if is_test_backend(&spec.backend) {
         return Ok(());
     }
     let path = Path::new(&spec.backend);
-    sys::check_block_device_free(path).map_err(|e| e.to_string())?;
-    let dev = zbd::open(path).map_err(|e| e.to_string())?;
+    sys::check_block_device_free(path).map_err(|e| CliError::Usage(e.to_string()))?;
+    let dev = super::open_backend(path)?;
     let opts = dmz::sets::FormatOptions {
         label: spec.label.clone(),
         ..Default::default()
     };
-    dmz::sets::format_device(dev.as_ref(), &opts, &mut |_, _| {})
-        .map_err(|e| format!("formatting {}: {e}", spec.backend))?;
+    dmz::sets::format_device(dev.as_ref(), &opts, &mut |_, _| {}).map_err(|e| match e {
+        dmz::format::FormatError::Device(_) | dmz::format::FormatError::Invalid(_) => {
+            CliError::Usage(format!("{}: {e}", spec.backend))
+        }
+        e => CliError::Failed(format!("formatting {}: {e}", spec.backend)),
+    })?;
     Ok(())
 }
 
@@ -292,7 +303,7 @@ fn open_target(spec: &DeviceSpec, _pool: &Arc<workpool::Pool>) -> Result<Opened,
             frontend::RawFileTarget::open(path, TEST_CHUNK).map_err(|e| format!("{path}: {e}"))?;
         return Ok(simple(t));
     }
-    check_backend(&spec.backend)?;
+    check_backend(&spec.backend).map_err(|e| e.to_string())?;
     let dev: Arc<dyn zbd::ZonedDevice> =
         Arc::from(zbd::open(Path::new(&spec.backend)).map_err(|e| e.to_string())?);
     let mut opts = dmz::engine::EngineOptions::default();

@@ -30,9 +30,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    let failed = |e: frontend::FrontendError| CliError::Failed(e.to_string());
-    sys::check_ublk().map_err(failed)?;
-    sys::check_root("zonedd delete").map_err(failed)?;
+    super::need_ublk()?;
+    super::need_root("zonedd delete")?;
     let ids: Vec<u32> = if args.all {
         super::list::zonedd_devices()
             .into_iter()

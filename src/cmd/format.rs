@@ -38,14 +38,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
         return Err(CliError::Usage("--reserved-seq must be at least 1".into()));
     }
     // In-use checks need no open device and must not be bypassed by --force.
-    in_use(path).map_err(CliError::Failed)?;
-    let dev = zbd::open(path).map_err(|e| match e {
-        zbd::ZbdError::Open(_) | zbd::ZbdError::Invalid(_) => CliError::Usage(e.to_string()),
-        e => CliError::Failed(format!("{}: {e}", path.display())),
-    })?;
+    // Refusals (mounted, held, existing content) are exit 2: nothing was done.
+    in_use(path).map_err(CliError::Usage)?;
+    let dev = super::open_backend(path)?;
     if !args.force {
         if let Some(what) = existing_content(dev.as_ref()).map_err(CliError::Failed)? {
-            return Err(CliError::Failed(format!(
+            return Err(CliError::Usage(format!(
                 "{}: {what}; use --force to overwrite",
                 path.display()
             )));
@@ -183,8 +181,8 @@ fn in_use(path: &Path) -> Result<(), String> {
         {
             let mnt = line.split_whitespace().nth(4).unwrap_or("?");
             return Err(format!(
-                "{}: /dev/{part} is mounted on {mnt}; unmount it first",
-                path.display()
+                "{} is mounted on {mnt}; unmount it first",
+                which(path, &name, &part)
             ));
         }
         let holders = std::fs::read_dir(format!("/sys/class/block/{part}/holders"))
@@ -196,13 +194,22 @@ fn in_use(path: &Path) -> Result<(), String> {
             .unwrap_or_default();
         if !holders.is_empty() {
             return Err(format!(
-                "{}: /dev/{part} is in use by {} (holders)",
-                path.display(),
+                "{} is in use by {} (holders)",
+                which(path, &name, &part),
                 holders.join(", ")
             ));
         }
     }
     Ok(())
+}
+
+/// The busy device as the user named it, or which of its partitions (the path once).
+fn which(path: &Path, name: &str, part: &str) -> String {
+    if name == part {
+        path.display().to_string()
+    } else {
+        format!("{}: its partition /dev/{part}", path.display())
+    }
 }
 
 /// What the device already holds, if anything worth refusing to overwrite.

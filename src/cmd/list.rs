@@ -70,7 +70,7 @@ pub fn zonedd_devices() -> Vec<Listed> {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    sys::check_ublk().map_err(|e| CliError::Failed(e.to_string()))?;
+    super::need_ublk()?;
     let devs = zonedd_devices();
     if args.json {
         println!(

@@ -13,13 +13,22 @@ pub mod recover;
 pub mod report;
 pub mod status;
 
-/// A failed command: what the user sees, and the exit code.
+/// A failed command: what the user sees (one line), and the exit code.
+///
+/// One rule for every subcommand (docs/bad-input.md lists each case):
+/// - exit 2 ([`CliError::Usage`]): refused before doing anything. Either a bad invocation
+///   (arguments, checked first), or a backend or environment the user must fix: missing path,
+///   not zoned, not formatted, wrong metadata version, corrupt superblocks, device too small,
+///   in use / mounted / held, already formatted (or holding a filesystem) without `--force`,
+///   ublk_drv not loaded, not root, permission denied.
+/// - exit 1 ([`CliError::Failed`]): the command started and failed (I/O error, the daemon
+///   failed), or `check` found errors in the metadata.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    /// Wrong invocation or unusable input: exit code 2, like clap's own usage errors.
+    /// Refused before doing anything: exit code 2, like clap's own usage errors.
     #[error("{0}")]
     Usage(String),
-    /// The command was valid but failed: exit code 1.
+    /// Started and failed, or `check` found errors: exit code 1.
     #[error("{0}")]
     Failed(String),
 }
@@ -41,4 +50,40 @@ pub fn init_logging() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// ublk_drv must be loaded. Checked before anything calls libublk, whose own hint ("Please
+/// run modprobe") would otherwise leak to stdout next to ours.
+pub(crate) fn need_ublk() -> Result<(), CliError> {
+    frontend::sys::check_ublk().map_err(|e| CliError::Usage(e.to_string()))
+}
+
+/// Root (CAP_SYS_ADMIN) for commands that create, recover or delete ublk devices.
+pub(crate) fn need_root(what: &str) -> Result<(), CliError> {
+    frontend::sys::check_root(what).map_err(|e| CliError::Usage(e.to_string()))
+}
+
+/// Open a backend for check, format, report and create. What the user must fix (missing,
+/// not zoned, in use, permission denied) is exit 2; an I/O error while reading it is exit 1.
+/// The messages already name the path, so it is not repeated.
+pub(crate) fn open_backend(path: &std::path::Path) -> Result<Box<dyn zbd::ZonedDevice>, CliError> {
+    zbd::open(path).map_err(|e| open_error(path, e))
+}
+
+/// [`open_backend`]'s classification of a zbd error.
+pub(crate) fn open_error(path: &std::path::Path, e: zbd::ZbdError) -> CliError {
+    use std::io::ErrorKind;
+    match e {
+        zbd::ZbdError::Open(_) | zbd::ZbdError::Invalid(_) => CliError::Usage(e.to_string()),
+        zbd::ZbdError::Io { ref source, .. }
+            if matches!(
+                source.kind(),
+                ErrorKind::NotFound | ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem
+            ) || source.raw_os_error() == Some(libc::EBUSY) =>
+        {
+            CliError::Usage(e.to_string())
+        }
+        zbd::ZbdError::Io { .. } => CliError::Failed(e.to_string()),
+        e => CliError::Failed(format!("{}: {e}", path.display())),
+    }
 }

@@ -19,12 +19,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    let failed = |e: frontend::FrontendError| CliError::Failed(e.to_string());
-    sys::check_ublk().map_err(failed)?;
-    sys::check_root("zonedd recover").map_err(failed)?;
+    super::need_ublk()?;
+    super::need_root("zonedd recover")?;
     let id = args.id;
     let (state, data, _) = frontend::device::device_info(id)
-        .map_err(|_| CliError::Failed(format!("no ublk device {id}")))?;
+        .map_err(|_| CliError::Usage(format!("no ublk device {id}")))?;
     let state = sys::state_name(state);
     if state != "quiesced" {
         let hint = match registry::read(id) {
@@ -33,7 +32,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
             }
             _ => String::new(),
         };
-        return Err(CliError::Failed(format!(
+        return Err(CliError::Usage(format!(
             "ublk device {id} is {state}, not quiesced{hint}: only a device whose daemon died can be recovered"
         )));
     }
@@ -41,7 +40,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         .and_then(|d| serde_json::from_value(d).ok())
         .or_else(|| registry::read(id).map(|r| r.spec))
         .ok_or_else(|| {
-            CliError::Failed(format!(
+            CliError::Usage(format!(
                 "ublk device {id} was not created by zonedd (no zonedd target data)"
             ))
         })?;

@@ -20,6 +20,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
+    super::need_ublk()?;
     let id = args.id;
     let rec = registry::read(id);
     let Some(rec) = rec.filter(|r| sys::pid_alive(r.pid) && r.socket.exists()) else {
@@ -31,7 +32,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         } else {
             String::new()
         };
-        return Err(CliError::Failed(format!(
+        return Err(CliError::Usage(format!(
             "ublk device {id} has no running zonedd daemon (device {state}){hint}"
         )));
     };
