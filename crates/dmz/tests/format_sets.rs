@@ -209,8 +209,42 @@ fn v1_metadata_is_rejected_clearly() {
     let dev = vector_used();
     dev.poke(4, &[1]);
     dev.poke(16384 * B as u64 + 4, &[1]);
-    let e = load(&dev).unwrap_err().to_string();
-    assert!(e.contains("metadata v1 is not supported"), "{e}");
+    let e = load(&dev).unwrap_err();
+    // Not "corrupt": an intact volume in a format zonedd does not read.
+    assert!(matches!(e, FormatError::Version1), "{e}");
+    assert!(
+        e.to_string().contains("metadata v1 is not supported"),
+        "{e}"
+    );
+}
+
+#[test]
+fn load_rewrites_a_superblock_differing_at_equal_gen() {
+    let dev = MemDevice::small();
+    let l = fmt(&dev, 2);
+    let mut b = vec![0u8; B];
+    read_meta_blocks(&dev, &l, 1, 0, &mut b).unwrap();
+    let mut sb = Superblock::decode(&b).unwrap();
+    sb.dev_uuid[0] ^= 1;
+    write_superblock(&dev, &l, 1, &sb).unwrap();
+    let loaded = load(&dev).unwrap();
+    assert_eq!(loaded.primary, 0);
+    assert!(
+        loaded
+            .actions
+            .iter()
+            .any(|a| a.contains("rewrote superblock 1")),
+        "{:?}",
+        loaded.actions
+    );
+    read_meta_blocks(&dev, &l, 1, 0, &mut b).unwrap();
+    let back = Superblock::decode(&b).unwrap();
+    assert_eq!(back.dev_uuid, loaded.sb.dev_uuid);
+    assert_eq!(back.sb_block, l.set_start_block(1));
+    assert!(
+        load(&dev).unwrap().actions.is_empty(),
+        "a second load is a no-op"
+    );
 }
 
 #[test]
