@@ -428,7 +428,6 @@ fn raw_mode_runs_the_same_steps_on_a_plain_file() {
 /// `dmzadm --check` and `zonedd check` report such a zone as an error, and the kernel's
 /// reclaim copies into a free sequential zone assuming its write pointer is at its start.
 #[test]
-#[ignore = "engine bug: freed sequential zones are not reset by close (reported)"]
 fn reclaimed_volume_checks_clean() {
     let dir = tempfile::tempdir().unwrap();
     let img = formatted(dir.path());
@@ -516,7 +515,6 @@ fn reclaim_keeps_data() {
 /// The same engine bug in the library alone, on an in-memory device: after a reclaim and a
 /// clean `close()`, `dmz::check` finds the freed sequential zone still written.
 #[test]
-#[ignore = "engine bug: freed sequential zones are not reset by close (reported)"]
 fn engine_close_after_reclaim_leaves_no_written_free_zone() {
     let mut opts = EmulateOptions::new(48 * ZONE, ZONE);
     opts.conventional = 8;

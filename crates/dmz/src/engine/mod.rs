@@ -595,7 +595,34 @@ impl Engine {
         self.inner.check_failed()?;
         commit::flush(&self.inner, false)?;
         commit::commit(&self.inner)?;
+        self.reset_unmapped_zones()?;
         info!("engine closed");
+        Ok(())
+    }
+
+    /// After the final commit no record can point into an unmapped zone any more, so the
+    /// sequential ones the engine freed lazily (reset only when reused, since a crash before
+    /// their Free record was durable would need their data) are reset now: dm-zoned and
+    /// dmzadm expect every unmapped sequential zone to be empty.
+    fn reset_unmapped_zones(&self) -> Result<(), EngineError> {
+        let stale: Vec<u32> = {
+            let st = self.inner.state.lock();
+            st.zones
+                .z
+                .iter()
+                .enumerate()
+                .filter(|(_, zi)| {
+                    zi.seq
+                        && zi.wp != 0
+                        && matches!(zi.role, Role::Free | Role::Reserved | Role::PendingFree)
+                })
+                .map(|(i, _)| i as u32)
+                .collect()
+        };
+        for z in stale {
+            self.inner.dev.zone_mgmt(zbd::ZoneOp::Reset, z)?;
+            self.inner.state.lock().zones.z[z as usize].wp = 0;
+        }
         Ok(())
     }
 
