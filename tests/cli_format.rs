@@ -125,10 +125,17 @@ fn check_json_parses_and_repair_fixes() {
     assert_eq!(v["errors"][0]["kind"], "unmapped-seq-not-empty");
     assert_eq!(v["errors"][0]["zone"], 20);
 
+    // The repair first replays the engine (open + close), whose close may already reset the
+    // stray zone; whatever is left, the repair fixes all it reports.
     let o = zonedd(&["check", p, "--repair", "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["fixed"].as_array().unwrap().len(), 1);
+    assert_eq!(v["summary"]["clean"], true, "{v}");
+    assert_eq!(
+        v["fixed"].as_array().unwrap().len(),
+        v["errors"].as_array().unwrap().len(),
+        "{v}"
+    );
     let o = zonedd(&["check", p, "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
