@@ -549,7 +549,6 @@ device_error_tests! {
 }
 
 #[test]
-#[ignore = "engine bug: acked writes lost after a commit-thread log write fails: a writer waiting on log_write finds pending empty, advances written_seq, returns Ok (~50% of runs)"]
 fn commit_write_error() {
     let n = device_error(
         Ctx::Commit,
@@ -564,7 +563,6 @@ fn commit_write_error() {
 }
 
 #[test]
-#[ignore = "engine bug: acked writes lost after a reclaim-thread log write fails (same race as commit_write_error)"]
 fn reclaim_log_write_error() {
     let n = device_error(
         Ctx::Reclaim,

@@ -26,6 +26,9 @@ pub(super) fn log_sync(
     force: bool,
 ) -> Result<(u64, u64), EngineError> {
     let _w = inner.log_write.lock();
+    // A log write that failed under this lock dropped the records it had taken, ours
+    // possibly among them: never report them written.
+    inner.check_failed()?;
     let (pending, next, hdr) = {
         let mut st = inner.state.lock();
         if !seal && st.log.written_seq >= upto {
