@@ -65,7 +65,8 @@ fn request_inputs() {
 /// other than 0xFF in the unused tail of the last map block (entries past nr_chunks) survive in
 /// the primary set when `check --repair` commits a bitmap-only fix, while the other set gets an
 /// all-0xFF tail: the next check reports "metadata sets differ" (SetMismatch), so a repair is
-/// not idempotent. dmz::check::commit writes the map to the primary only when `map_dirty`.
+/// not idempotent. dmz::check::commit wrote the map to the primary only when `map_dirty`.
+/// Fixed: commit always writes the rebuilt map to both sets.
 #[test]
 fn repair_leaves_identical_sets_when_the_map_tail_holds_garbage() {
     use dmz::format::{Layout, BLOCK};
@@ -101,6 +102,7 @@ fn repair_leaves_identical_sets_when_the_map_tail_holds_garbage() {
 /// `dmz_check_sb` compares `sb_block` with the block it read the superblock from. Here a copy
 /// of superblock 1 sits in data zone 2 (a file holding a zonedd image would do) while zone 1's
 /// superblock is gone: the copy is taken as set 1 and `load` would rebuild set 0 from zone 1.
+/// Fixed: `check_sb_at` rejects a superblock whose `sb_block` is not the block it was read from.
 #[test]
 fn superblock_found_by_the_scan_must_be_where_it_says() {
     use dmz::format::BLOCK;
@@ -163,6 +165,8 @@ fn engine_close_leaves_no_stray_sequential_zone() {
 /// differ ... block 0" (exit 1) on a device that load calls consistent. One of the two should
 /// give way: load resyncing a differing superblock, or check not comparing the device UUID
 /// (the kernel does not compare it between the two sets of one device).
+/// Fixed: load rewrites the other superblock from the primary's (dmzadm writes one device UUID
+/// in both sets of a device), so load and check agree.
 #[test]
 fn load_and_check_agree_on_differing_device_uuids() {
     use dmz::format::{Superblock, BLOCK};
