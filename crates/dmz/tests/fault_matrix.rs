@@ -954,7 +954,6 @@ fn backend_vanishes_eio() {
 }
 
 #[test]
-#[ignore = "engine bug: a backend error ENODEV reaches the caller as ENODEV, not EIO"]
 fn backend_vanishes_enodev() {
     vanish(libc::ENODEV, 0xde0d, true);
 }

@@ -122,10 +122,21 @@ impl EngineError {
             EngineError::Invalid(_) => libc::EINVAL,
             EngineError::NoSpace(_) => libc::ENOSPC,
             EngineError::ReadOnly(_) => libc::EROFS,
-            EngineError::Device(e) => e.errno(),
-            EngineError::Format(FormatError::Zbd(e)) => e.errno(),
+            EngineError::Device(e) | EngineError::Format(FormatError::Zbd(e)) => {
+                device_errno(e.errno())
+            }
             EngineError::Format(_) | EngineError::Meta(_) | EngineError::Failed(_) => libc::EIO,
         }
+    }
+}
+
+/// What a block-layer caller sees of a backend failure: ENOSPC and EROFS say something the
+/// filesystem can act on; any other device error (ENODEV of a vanished disk, EREMOTEIO from
+/// the SCSI stack, ETOOMANYREFS from a zone limit) is an I/O error.
+fn device_errno(errno: i32) -> i32 {
+    match errno {
+        libc::ENOSPC | libc::EROFS => errno,
+        _ => libc::EIO,
     }
 }
 
