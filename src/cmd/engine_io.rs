@@ -410,7 +410,7 @@ fn step(a: &StepArgs) -> Result<Step, CliError> {
 fn run_step(t: &Target, s: &Step) -> Result<(), CliError> {
     if matches!(s.op, Op::Read | Op::Write) {
         let cap = t.capacity();
-        if s.offset.checked_add(s.len).map_or(true, |end| end > cap) {
+        if s.offset.checked_add(s.len).is_none_or(|end| end > cap) {
             return Err(CliError::Usage(format!(
                 "{} bytes at {} go past the end of the device ({cap} bytes)",
                 s.len, s.offset

@@ -328,7 +328,7 @@ impl Rig {
             .errors
             .iter()
             .filter(|f| {
-                !(f.kind == FindingKind::UnmappedSeqNotEmpty && f.chunk.is_none()) && !allow(f)
+                (f.kind != FindingKind::UnmappedSeqNotEmpty || f.chunk.is_some()) && !allow(f)
             })
             .collect();
         assert!(bad.is_empty(), "check findings: {bad:#?}");

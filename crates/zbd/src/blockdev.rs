@@ -237,7 +237,7 @@ fn rw_once(fd: RawFd, ptr: *mut u8, len: usize, pos: u64, write: bool) -> std::i
 
 /// Reads all of `buf` at `pos`, bouncing an unaligned buffer.
 pub(crate) fn direct_read(fd: RawFd, buf: &mut [u8], pos: u64) -> std::io::Result<()> {
-    if (buf.as_ptr() as usize) % AlignedBuf::ALIGN == 0 {
+    if (buf.as_ptr() as usize).is_multiple_of(AlignedBuf::ALIGN) {
         return rw_all(fd, buf.as_mut_ptr(), buf.len(), pos, false);
     }
     let mut bounce = AlignedBuf::new(buf.len().min(BOUNCE_MAX));
@@ -257,7 +257,7 @@ pub(crate) fn direct_read(fd: RawFd, buf: &mut [u8], pos: u64) -> std::io::Resul
 
 /// Writes all of `buf` at `pos`, bouncing an unaligned buffer.
 pub(crate) fn direct_write(fd: RawFd, buf: &[u8], pos: u64) -> std::io::Result<()> {
-    if (buf.as_ptr() as usize) % AlignedBuf::ALIGN == 0 {
+    if (buf.as_ptr() as usize).is_multiple_of(AlignedBuf::ALIGN) {
         // The kernel only reads through this pointer.
         return rw_all(fd, buf.as_ptr() as *mut u8, buf.len(), pos, true);
     }

@@ -312,7 +312,7 @@ impl<'a> Ctx<'a> {
         let g = self.geo;
         let zones = ok(self.dev.report_all(), "report zones")?;
         ensure(
-            g.zone_size.is_power_of_two() && g.zone_size % B == 0,
+            g.zone_size.is_power_of_two() && g.zone_size.is_multiple_of(B),
             || {
                 format!(
                     "zone size {} is not a power of two multiple of 4096",
@@ -320,11 +320,12 @@ impl<'a> Ctx<'a> {
                 )
             },
         )?;
-        ensure(g.block_size > 0 && B % (g.block_size as u64) == 0, || {
-            format!("logical block size {} does not divide 4096", g.block_size)
-        })?;
         ensure(
-            g.zone_capacity <= g.zone_size && g.zone_capacity % B == 0,
+            g.block_size > 0 && B.is_multiple_of(g.block_size as u64),
+            || format!("logical block size {} does not divide 4096", g.block_size),
+        )?;
+        ensure(
+            g.zone_capacity <= g.zone_size && g.zone_capacity.is_multiple_of(B),
             || format!("zone capacity {} is invalid", g.zone_capacity),
         )?;
         ensure(zones.len() == g.nr_zones as usize, || {

@@ -441,7 +441,7 @@ impl Emulated {
             let Some(cond) = cond.filter(|c| {
                 ok_type
                     && wp <= geo.zone_size
-                    && wp % BLOCK_SIZE == 0
+                    && wp.is_multiple_of(BLOCK_SIZE)
                     && match c {
                         ZoneCondition::NotWp => conv,
                         ZoneCondition::ReadOnly | ZoneCondition::Offline => true,

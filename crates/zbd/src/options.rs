@@ -62,7 +62,7 @@ impl EmulateOptions {
         if zs == 0 || !zs.is_power_of_two() {
             return bad(format!("zone size {} is not a power of two", fmt_size(zs)));
         }
-        if zs % BLOCK_SIZE != 0 {
+        if !zs.is_multiple_of(BLOCK_SIZE) {
             return bad(format!(
                 "zone size {} is not a multiple of 4096",
                 fmt_size(zs)
@@ -78,7 +78,7 @@ impl EmulateOptions {
         if self.size == 0 {
             return bad("size is 0".into());
         }
-        if self.size % zs != 0 {
+        if !self.size.is_multiple_of(zs) {
             return bad(format!(
                 "size {} is not a multiple of the zone size {}",
                 fmt_size(self.size),
@@ -164,7 +164,7 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
 /// `268435456` -> `256M` when exact, else bytes.
 pub fn fmt_size(n: u64) -> String {
     for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
-        if n >= 1 << shift && n % (1 << shift) == 0 {
+        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
             return format!("{}{unit}", n >> shift);
         }
     }

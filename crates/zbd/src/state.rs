@@ -37,7 +37,7 @@ pub(crate) fn eio(what: impl Into<String>) -> ZbdError {
 /// Checks alignment and bounds of an I/O and returns its zone. Crossing a zone end is EIO
 /// (the drive rejects it); unaligned or out-of-range requests are invalid.
 pub(crate) fn check_io(geo: &Geometry, offset: u64, len: u64, what: &str) -> Result<u32> {
-    if offset % BLOCK_SIZE != 0 || len % BLOCK_SIZE != 0 {
+    if !offset.is_multiple_of(BLOCK_SIZE) || !len.is_multiple_of(BLOCK_SIZE) {
         return Err(ZbdError::Invalid(format!(
             "{what} of {len} bytes at {offset:#x}: not aligned to {BLOCK_SIZE} bytes"
         )));

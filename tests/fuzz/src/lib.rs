@@ -530,7 +530,7 @@ fn exercise_engine(e: Engine, pick: u8, strict: bool) {
     let cap = e.capacity();
     let cs = e.chunk_size();
     assert!(
-        cs > 0 && cap % cs == 0,
+        cs > 0 && cap.is_multiple_of(cs),
         "capacity {cap} is whole chunks of {cs}"
     );
     let chunks = cap / cs;

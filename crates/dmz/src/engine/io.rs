@@ -18,7 +18,7 @@ use super::{EngineError, Inner, State};
 const B: u64 = BLOCK as u64;
 
 fn check_range(inner: &Inner, offset: u64, len: u64) -> Result<(), EngineError> {
-    if offset % B != 0 || len % B != 0 {
+    if !offset.is_multiple_of(B) || !len.is_multiple_of(B) {
         return Err(EngineError::Invalid(format!(
             "offset {offset} and length {len} must be multiples of 4096"
         )));
