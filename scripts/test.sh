@@ -11,3 +11,5 @@ echo "== cargo test (host)"
 cargo test --workspace --release
 echo "== VM scenarios (tests/vm/*.sh, real kernel in qemu)"
 scripts/vm-test.sh
+echo "== power-cut loop (tests/vm/powercut-loop.sh driven from the host: two boots per round)"
+scripts/vm/powercut-host.sh
