@@ -101,13 +101,15 @@ def fio_figures(d, res):
             except (ValueError, KeyError, IndexError):
                 continue
             r = res.setdefault(t, {})
-            if r.get(job, "").startswith(("error", "timeout")):
-                continue
+            # A job that failed part-way still reports what it did; the failure is listed and
+            # every target that uses the job is marked missed.
+            if j.get("error"):
+                r[f"{job}.errno"] = os.strerror(j["error"])
             for dr in dirs:
                 x = j[dr]
                 pct = x.get("clat_ns", {}).get("percentile", {})
                 r.setdefault(f"{job}.{dr}_MBps", f"{x['bw_bytes'] / 1e6:.2f}")
-                r.setdefault(f"{job}.{dr}_iops", f"{x['iops']:.0f}")
+                r.setdefault(f"{job}.{dr}_iops", f"{x['iops']:.4g}")
                 r.setdefault(f"{job}.{dr}_p50_us", f"{pct.get('50.000000', 0) / 1000:.0f}")
                 r.setdefault(f"{job}.{dr}_p99_us", f"{pct.get('99.000000', 0) / 1000:.0f}")
                 r.setdefault(f"{job}.{dr}_max_us", f"{x['clat_ns']['max'] / 1000:.0f}")
@@ -275,6 +277,10 @@ def report(d, res, plots, docs_rel):
             else:
                 bv = num(res.get(base, {}).get(m))
                 lim = None if bv is None else bv * factor
+            failed = res.get(z, {}).get(m.split(".")[0] + ".errno")
+            if failed:
+                cells.append(f"MISSED (I/O errors: {failed})")
+                continue
             if zv is None or lim is None:
                 cells.append("not measured")
                 continue
@@ -291,6 +297,7 @@ def report(d, res, plots, docs_rel):
         for m, v in res[t].items()
         if v.startswith("error") or v == "timeout"
     ]
+    errs += [f"{t} {m[:-6]}: {v}" for t in present for m, v in res[t].items() if m.endswith(".errno")]
     if errs:
         out.append("")
         out.append("Failed workloads: " + "; ".join(errs) + ".")
