@@ -13,8 +13,9 @@
 #   --report-only  redo the host side (tables, plots) for an earlier results folder
 #
 # Results: target/bench-vm/<UTC timestamp>[-quick]/ (results.tsv, fio JSON, per-second logs,
-# status snapshots, console.log, host.txt with the host's load). The full run takes about 15-20
-# minutes of guest time; VM_MEMORY (default 5G here) sizes the guest (null_blk lives in its RAM).
+# status snapshots, console.log, host.txt with the host's load). The full run takes about 30
+# minutes of guest time (--quick about 12); VM_MEMORY (default 5G here) sizes the guest (null_blk
+# lives in its RAM).
 # Without --no-docs a full (non-quick) run rewrites the "VM benchmarks" section of
 # docs/PERFORMANCE.md and docs/perf-*.png; a quick run never touches docs/.
 set -euo pipefail
