@@ -143,12 +143,14 @@ fn verify(e: &Engine, ops: &[Op], done: usize, blocks: u64, what: &str) {
 #[test]
 fn power_cut_at_every_write() {
     let release = !cfg!(debug_assertions);
-    let seeds: u64 = if release { 14 } else { 1 };
+    let seeds: u64 = if release { 20 } else { 1 };
     let nops = if release { 70 } else { 40 };
     // 24 zones of 256 KiB (64 blocks), 8 conventional: 20 chunks, reclaim needed.
     let template = MemDevice::with_zones(256 * 1024, 24, 8).unwrap();
     format_dev(&template, 2);
     let mut points = 0u64;
+    let mut slow = std::time::Duration::ZERO;
+    let start = std::time::Instant::now();
     for seed in 0..seeds {
         // Dry run: how many device writes the workload makes.
         let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
@@ -158,6 +160,10 @@ fn power_cut_at_every_write() {
         assert_eq!(run(&e, &ops), ops.len());
         e.crash_for_test();
         let total = dev.write_count();
+        eprintln!(
+            "seed {seed}: {total} device writes; {points} points so far, {:.1} s, slowest {slow:?}",
+            start.elapsed().as_secs_f64()
+        );
         let step = if release { 1 } else { 3 };
         for k in (0..=total).step_by(step) {
             for pat in 0..3u64 {
@@ -188,12 +194,7 @@ fn power_cut_at_every_write() {
                 verify(&e, &ops, done, cap_blocks, &what);
                 e.crash_for_test();
                 points += 1;
-                if t0.elapsed() > std::time::Duration::from_millis(200) {
-                    eprintln!(
-                        "slow point: seed {seed} k {k} pat {pat} done {done}: {:?}",
-                        t0.elapsed()
-                    );
-                }
+                slow = slow.max(t0.elapsed());
             }
         }
     }

@@ -80,6 +80,10 @@ fn write_blocks(inner: &Inner, blocks: &[(u64, Box<[u8; BLOCK]>)]) -> Result<(),
 /// again), flush the device, then let zones freed by now-durable records be reused.
 /// `evidence` forces a block carrying the latest flushed sequence number (see design.md).
 pub(super) fn flush(inner: &Inner, evidence: bool) -> Result<(), EngineError> {
+    if evidence && !inner.state.lock().log.has_room(super::log::PAYLOAD) {
+        // No room left for a proof block in this half: fold the log instead.
+        return commit(inner);
+    }
     let (written, hdr) = log_sync(inner, u64::MAX, true, evidence)?;
     let cands = inner.state.lock().zones.flushable_frees(written);
     dev_flush(inner)?;
@@ -92,6 +96,10 @@ pub(super) fn flush(inner: &Inner, evidence: bool) -> Result<(), EngineError> {
             .iter()
             .any(|&z| st.zones.z[z as usize].last_seq >= floor.max(1))
     };
+    if need_proof && !inner.state.lock().log.has_room(super::log::PAYLOAD) {
+        // The commit promotes the zones itself once their records are folded.
+        return commit(inner);
+    }
     if need_proof {
         // A freed zone gets overwritten once reused: replay must then trust (not check) the
         // records that validated its old contents, so make a block proving their flush
