@@ -91,6 +91,8 @@ pub struct CheckReport {
     pub repair: bool,
     pub errors: Vec<Finding>,
     pub fixed: Vec<Finding>,
+    /// Not errors, but worth knowing (a degraded volume).
+    pub warnings: Vec<String>,
     pub summary: Summary,
 }
 
@@ -113,6 +115,9 @@ struct Ctx<'a> {
     to_reset: Vec<u32>,
     /// (finding, fixable by repair)
     findings: Vec<(Finding, bool)>,
+    /// The chunk whose bad mapping entry named a zone, dropped by a planned fix: what is
+    /// then found in that zone is that chunk's business.
+    dropped_from: Vec<Option<u32>>,
 }
 
 fn finding(kind: FindingKind, zone: Option<u32>, chunk: Option<u32>, message: String) -> Finding {
@@ -196,6 +201,11 @@ impl Ctx<'_> {
                     ),
                     true,
                 );
+                for z in [d, e.bzone] {
+                    if z < nr_zones && !self.layout.is_meta_zone(z) {
+                        self.dropped_from[z as usize].get_or_insert(chunk);
+                    }
+                }
                 self.set_entry(chunk, MapEntry::UNMAPPED);
                 continue;
             }
@@ -250,6 +260,9 @@ impl Ctx<'_> {
                 match bad {
                     Some((kind, msg)) => {
                         self.add(finding(kind, Some(b), Some(chunk), msg), true);
+                        if b < nr_zones && b != d && !self.layout.is_meta_zone(b) {
+                            self.dropped_from[b as usize].get_or_insert(chunk);
+                        }
                         e.bzone = MAP_UNMAPPED;
                         self.set_entry(chunk, e);
                     }
@@ -333,7 +346,7 @@ impl Ctx<'_> {
                                 finding(
                                     FindingKind::UnmappedZoneValidBits,
                                     Some(z),
-                                    None,
+                                    self.dropped_from[z as usize],
                                     format!("unmapped zone {z} has {n_valid} valid blocks"),
                                 ),
                                 true,
@@ -352,7 +365,7 @@ impl Ctx<'_> {
                                 finding(
                                     FindingKind::UnmappedSeqNotEmpty,
                                     Some(z),
-                                    None,
+                                    self.dropped_from[z as usize],
                                     format!(
                                         "unmapped sequential zone {z} is not empty (wp block {})",
                                         self.wp_block(z)
@@ -593,6 +606,7 @@ pub fn check(dev: &dyn ZonedDevice, repair: bool) -> Result<CheckReport> {
         dirty_bitmaps: BTreeMap::new(),
         to_reset: Vec::new(),
         findings: sb_findings.into_iter().map(|f| (f, true)).collect(),
+        dropped_from: vec![None; layout.nr_zones as usize],
     };
     let owner = ctx.check_mapping();
     let (mapped_zones, unmapped_zones) = ctx.check_bitmaps(primary, &owner)?;
@@ -619,6 +633,17 @@ pub fn check(dev: &dyn ZonedDevice, repair: bool) -> Result<CheckReport> {
         info!(fixed = fixed.len(), gen = sb.gen + 1, "metadata repaired");
     }
     let clean = errors.len() == fixed.len();
+    let mut warnings = Vec::new();
+    if layout.nr_lost_zones > 0 {
+        let w = format!(
+            "degraded: {} zone(s) went offline or read-only after the format; {} reserved \
+             zone(s) left for reclaim",
+            layout.nr_lost_zones,
+            layout.nr_reserved_seq.saturating_sub(layout.nr_lost_zones)
+        );
+        warn!("{w}");
+        warnings.push(w);
+    }
     Ok(CheckReport {
         device: dev.describe(),
         label: sb.label_str(),
@@ -637,5 +662,6 @@ pub fn check(dev: &dyn ZonedDevice, repair: bool) -> Result<CheckReport> {
         },
         errors,
         fixed,
+        warnings,
     })
 }

@@ -359,9 +359,14 @@ pub struct Layout {
     pub nr_reserved_seq: u32,
     /// First zone of set 0 (primary location) and set 1 (right after it).
     pub set_zone: [u32; 2],
+    /// Zones that went offline or read-only after the format, that the superblock's sizing
+    /// still counts as usable: the volume runs degraded, with fewer spare zones. 0 when the
+    /// layout satisfies the kernel's rules as they stand.
+    pub nr_lost_zones: u32,
 }
 
 /// What the sizing depends on, gathered from a zone report.
+#[derive(Clone, Copy)]
 struct ZoneCensus {
     zone_blocks: u32,
     shift: u32,
@@ -369,6 +374,29 @@ struct ZoneCensus {
     usable: u32,
     rnd: u32,
     first_rnd: Option<u32>,
+    /// Full-size zones offline or read-only (not counted in `usable`), and the conventional
+    /// ones among them.
+    lost: u32,
+    lost_rnd: u32,
+    first_lost_rnd: Option<u32>,
+}
+
+impl ZoneCensus {
+    /// The census as it was before the lost zones were lost.
+    fn with_lost(&self) -> ZoneCensus {
+        ZoneCensus {
+            usable: self.usable + self.lost,
+            rnd: self.rnd + self.lost_rnd,
+            first_rnd: match (self.first_rnd, self.first_lost_rnd) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            lost: 0,
+            lost_rnd: 0,
+            first_lost_rnd: None,
+            ..*self
+        }
+    }
 }
 
 /// The sizes dmzadm derives from usable zones, bitmap size and reserved zones.
@@ -418,6 +446,9 @@ fn census(zones: &[Zone], geometry: &Geometry) -> Result<ZoneCensus> {
         usable: 0,
         rnd: 0,
         first_rnd: None,
+        lost: 0,
+        lost_rnd: 0,
+        first_lost_rnd: None,
     };
     for (i, z) in zones.iter().enumerate() {
         if z.id as usize != i || z.start != i as u64 * zs {
@@ -432,7 +463,15 @@ fn census(zones: &[Zone], geometry: &Geometry) -> Result<ZoneCensus> {
             ));
         }
         // Like the kernel: a runt zone is offline; offline and read-only zones are not usable.
-        if z.len != zs || matches!(z.cond, ZoneCondition::Offline | ZoneCondition::ReadOnly) {
+        if z.len != zs {
+            continue;
+        }
+        if matches!(z.cond, ZoneCondition::Offline | ZoneCondition::ReadOnly) {
+            c.lost += 1;
+            if z.zone_type == ZoneType::Conventional {
+                c.lost_rnd += 1;
+                c.first_lost_rnd.get_or_insert(z.id);
+            }
             continue;
         }
         c.usable += 1;
@@ -533,6 +572,7 @@ impl Layout {
             nr_chunks: s.nr_chunks,
             nr_reserved_seq: reserved,
             set_zone: [first, first + s.nr_meta_zones],
+            nr_lost_zones: 0,
         };
         layout.check_meta_zones(zones)?;
         Ok(layout)
@@ -541,8 +581,42 @@ impl Layout {
     /// Validate a superblock against the device like the kernel's `dmz_check_sb` and dmzadm's
     /// check (exact chunk, map and bitmap counts), and derive the layout from it. The caller
     /// checks `sb.sb_block` against the set it read the superblock from.
+    ///
+    /// Unlike the kernel, a volume whose zones went offline or read-only after the format
+    /// still loads, degraded (`nr_lost_zones`), if the superblock matches the device with
+    /// those zones counted as usable and every chunk still fits the usable zones: the lost
+    /// zones come out of the reserved pool. What is written (format) keeps the kernel's rules.
     pub fn from_superblock(sb: &Superblock, zones: &[Zone], geometry: &Geometry) -> Result<Layout> {
         let c = census(zones, geometry)?;
+        let exact = Self::from_superblock_census(sb, zones, &c);
+        if exact.is_ok() || c.lost == 0 {
+            return exact;
+        }
+        let Ok(layout) = Self::from_superblock_census(sb, zones, &c.with_lost()) else {
+            return exact;
+        };
+        let data_zones = (c.usable as u64).saturating_sub(2 * layout.nr_meta_zones as u64);
+        if sb.nr_chunks as u64 > data_zones {
+            return Err(FormatError::BadField {
+                field: "nr_chunks",
+                found: sb.nr_chunks as u64,
+                expected: format!(
+                    "at most {data_zones} (usable zones - metadata): {} zones went offline or \
+                     read-only, more than the volume's spare zones",
+                    c.lost
+                ),
+            });
+        }
+        Ok(Layout {
+            nr_usable_zones: c.usable,
+            nr_rnd_zones: c.rnd,
+            nr_lost_zones: c.lost,
+            ..layout
+        })
+    }
+
+    fn from_superblock_census(sb: &Superblock, zones: &[Zone], c: &ZoneCensus) -> Result<Layout> {
+        let c = *c;
         let bad = |field: &'static str, found: u64, expected: String| FormatError::BadField {
             field,
             found,
@@ -633,6 +707,7 @@ impl Layout {
             nr_chunks: sb.nr_chunks,
             nr_reserved_seq: sb.nr_reserved_seq,
             set_zone: [first, first + meta_zones],
+            nr_lost_zones: 0,
         };
         layout.check_meta_zones(zones)?;
         Ok(layout)

@@ -529,18 +529,18 @@ fn seed(name: &str) -> u64 {
 }
 
 // Columns: whether that context is sure to issue such an operation (commits never read or
-// reset); whether every zone is accounted for afterwards (false: a known leak, asserted by
-// the ignored `*_leaks_no_zone` tests below).
+// reset); whether every zone is accounted for afterwards (a failed reset, copy or flush
+// gives its zone back).
 device_error_tests! {
     user_read_error: User, Read, true, true;
     user_write_error: User, Write, true, true;
-    user_reset_error: User, Reset, true, false;
+    user_reset_error: User, Reset, true, true;
     user_flush_error: User, Flush, true, true;
     reclaim_read_error: Reclaim, Read, true, true;
     reclaim_write_error: Reclaim, Write, true, true;
     user_log_write_error: User, LogWrite, true, true;
-    reclaim_reset_error: Reclaim, Reset, true, false;
-    reclaim_flush_error: Reclaim, Flush, true, false;
+    reclaim_reset_error: Reclaim, Reset, true, true;
+    reclaim_flush_error: Reclaim, Flush, true, true;
     commit_read_error: Commit, Read, false, true;
 
     commit_reset_error: Commit, Reset, false, true;
@@ -574,24 +574,6 @@ fn reclaim_log_write_error() {
         n, 1,
         "the fault was never hit: the scenario does not exercise it"
     );
-}
-
-#[test]
-#[ignore = "engine bug: a failed reset of a freshly allocated sequential zone (io.rs reset_if_needed) leaks it: Role::Data, no chunk maps it, until reopen"]
-fn user_reset_error_leaks_no_zone() {
-    device_error(Ctx::User, Kind::Reset, seed("user_reset_error"), true);
-}
-
-#[test]
-#[ignore = "engine bug: reclaim leaks its fresh destination zone when the reset before the copy fails (reclaim.rs `?` after zone_mgmt Reset)"]
-fn reclaim_reset_error_leaks_no_zone() {
-    device_error(Ctx::Reclaim, Kind::Reset, seed("reclaim_reset_error"), true);
-}
-
-#[test]
-#[ignore = "engine bug: reclaim leaks its destination zone when the device flush after the copy fails (reclaim.rs `dev.flush()?`)"]
-fn reclaim_flush_error_leaks_no_zone() {
-    device_error(Ctx::Reclaim, Kind::Flush, seed("reclaim_flush_error"), true);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -761,37 +743,31 @@ fn lost_buffer_blocks_readable(which: Which, cond: ZoneCondition) -> bool {
 }
 
 #[test]
-#[ignore = "engine bug: reclaim keeps picking a zone that went offline/read-only (never retired, zones_offline stays 0); writers to other chunks get ENOSPC"]
 fn data_zone_offline() {
     zone_condition(Which::Data, ZoneCondition::Offline);
 }
 
 #[test]
-#[ignore = "engine bug: a volume with one read-only/offline zone cannot be reopened (superblock nr_chunks 43 > usable zones - meta - reserved = 42)"]
 fn data_zone_read_only() {
     zone_condition(Which::Data, ZoneCondition::ReadOnly);
 }
 
 #[test]
-#[ignore = "engine bug: reclaim keeps picking a zone that went offline/read-only (never retired, zones_offline stays 0); writers to other chunks get ENOSPC"]
 fn buffer_zone_offline() {
     zone_condition(Which::Buffer, ZoneCondition::Offline);
 }
 
 #[test]
-#[ignore = "engine bug: a conventional zone that turned read-only is freed by reclaim and handed to other chunks, whose writes then fail EIO forever"]
 fn buffer_zone_read_only() {
     zone_condition(Which::Buffer, ZoneCondition::ReadOnly);
 }
 
 #[test]
-#[ignore = "engine bug: reclaim keeps picking a zone that went offline/read-only (never retired, zones_offline stays 0); writers to other chunks get ENOSPC"]
 fn free_zone_offline() {
     zone_condition(Which::Free, ZoneCondition::Offline);
 }
 
 #[test]
-#[ignore = "engine bug: reclaim keeps picking a zone that went offline/read-only (never retired, zones_offline stays 0); writers to other chunks get ENOSPC"]
 fn free_zone_read_only() {
     zone_condition(Which::Free, ZoneCondition::ReadOnly);
 }
@@ -948,7 +924,6 @@ fn backend_vanishes_keeps_flushed_data() {
 }
 
 #[test]
-#[ignore = "engine bug: with the backend dead, a writer that needs a new zone gets ENOSPC (reclaim fails with EIO, counted as no progress), not EIO; flaky (seen in 1 of ~12 runs)"]
 fn backend_vanishes_eio() {
     vanish(libc::EIO, 0xdead, true);
 }

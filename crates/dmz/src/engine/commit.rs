@@ -389,7 +389,9 @@ pub(super) fn load(dev: Arc<dyn ZonedDevice>, opts: EngineOptions) -> Result<Inn
     let sb = loaded.sb.clone();
     let zb = layout.zone_blocks;
     let report = dev.report_all()?;
-    let mut zones = Zones::from_report(&report, geo.zone_size, layout.nr_reserved_seq);
+    // A degraded volume's lost zones come out of the reserved pool.
+    let nr_reserved = layout.nr_reserved_seq.saturating_sub(layout.nr_lost_zones);
+    let mut zones = Zones::from_report(&report, geo.zone_size, nr_reserved);
     for z in layout.meta_zones() {
         zones.z[z as usize].role = Role::Meta;
     }
@@ -599,7 +601,9 @@ pub(super) fn load(dev: Arc<dyn ZonedDevice>, opts: EngineOptions) -> Result<Inn
 fn cleanup(dev: &dyn ZonedDevice, st: &mut State) -> Result<(), EngineError> {
     let zb = st.zones.zone_blocks;
     let nr_zones = st.zones.z.len() as u32;
-    let usable = |r: Role| matches!(r, Role::Free | Role::ReadOnly);
+    // A chunk on an offline zone stays mapped: its data is lost, and reads of it must fail
+    // rather than return zeros.
+    let usable = |r: Role| matches!(r, Role::Free | Role::ReadOnly | Role::Offline);
     for chunk in 0..st.meta.map.len() as u32 {
         let e = st.meta.map[chunk as usize];
         if !e.is_mapped() && e.bzone == NONE {
@@ -629,7 +633,7 @@ fn cleanup(dev: &dyn ZonedDevice, st: &mut State) -> Result<(), EngineError> {
             let d = ne.dzone as usize;
             // Sequential zone: nothing is valid at or past the write pointer.
             let (seq, wp, w) = (st.zones.z[d].seq, st.zones.z[d].wp, st.zones.z[d].weight);
-            if seq && wp < zb && w > 0 {
+            if seq && wp < zb && w > 0 && st.zones.z[d].role != Role::Offline {
                 let c = st.meta.set_range(dev, ne.dzone, wp, zb - wp, false)?;
                 st.zones.z[d].weight -= c;
             }

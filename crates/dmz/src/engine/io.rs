@@ -13,7 +13,7 @@ use crate::format::BLOCK;
 use super::commit::{self, log_op};
 use super::log::{Rec, MAX_WRITE_BLOCKS, NONE};
 use super::zones::Role;
-use super::{EngineError, Inner, State};
+use super::{retired_error, EngineError, Inner, Recheck, State};
 
 const B: u64 = BLOCK as u64;
 
@@ -103,8 +103,10 @@ fn read_chunk(inner: &Inner, chunk: u32, b: u32, buf: &mut [u8]) -> Result<(), E
         let d = &mut buf[s..s + cnt as usize * BLOCK];
         if zone == NONE {
             d.fill(0);
-        } else {
-            inner.dev.read_at(d, inner.zone_offset(zone, start))?;
+        } else if let Err(e) = inner.dev.read_at(d, inner.zone_offset(zone, start)) {
+            // An offline zone is retired: its data is lost, and reads of it fail.
+            inner.recheck_zone(zone);
+            return Err(e.into());
         }
     }
     Ok(())
@@ -138,6 +140,8 @@ enum Step {
     NeedZone { conv_only: bool },
     /// Make the log prove an earlier flush before overwriting in place (design.md).
     NeedEvidence,
+    /// A zone just taken turned out offline or read-only (now retired): again, elsewhere.
+    Retry,
 }
 
 fn write_chunk(inner: &Inner, chunk: u32, mut b: u32, mut data: &[u8]) -> Result<u64, EngineError> {
@@ -156,6 +160,7 @@ fn write_chunk(inner: &Inner, chunk: u32, mut b: u32, mut data: &[u8]) -> Result
             }
             Step::NeedZone { conv_only } => wait_free(inner, conv_only, deadline)?,
             Step::NeedEvidence => commit::flush(inner, true)?,
+            Step::Retry => {}
         }
     }
     Ok(last)
@@ -168,17 +173,27 @@ fn need_evidence(st: &State, z: u32) -> bool {
     ls != 0 && ls >= st.log.evidence_seq.max(st.log.folded_seq) && ls < st.log.flushed_seq
 }
 
-/// Reset a sequential zone taken from the free pool if it still holds old data.
+/// Reset a sequential zone taken from the free pool if it still holds old data. If the
+/// reset fails the zone, named by no record yet, goes back to the pool, or is retired if it
+/// went offline or read-only (true: take another one).
 fn reset_if_needed(
     inner: &Inner,
     st: &mut MutexGuard<'_, State>,
     z: u32,
-) -> Result<(), EngineError> {
+) -> Result<bool, EngineError> {
     if st.zones.z[z as usize].seq && st.zones.z[z as usize].wp != 0 {
-        MutexGuard::unlocked(st, || inner.dev.zone_mgmt(ZoneOp::Reset, z))?;
+        if let Err(e) = MutexGuard::unlocked(st, || inner.dev.zone_mgmt(ZoneOp::Reset, z)) {
+            let r = MutexGuard::unlocked(st, || inner.recheck_zone(z));
+            if let Recheck::Lost(_) = r {
+                st.zones.z[z as usize].chunk = u32::MAX;
+                return Ok(true);
+            }
+            st.zones.give_back(z);
+            return Err(e.into());
+        }
         st.zones.z[z as usize].wp = 0;
     }
-    Ok(())
+    Ok(false)
 }
 
 fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, EngineError> {
@@ -201,7 +216,9 @@ fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, En
         let Some(z) = z else {
             return Ok(Step::NeedZone { conv_only: !direct });
         };
-        reset_if_needed(inner, &mut st, z)?;
+        if reset_if_needed(inner, &mut st, z)? {
+            return Ok(Step::Retry);
+        }
         log_op(
             inner,
             &mut st,
@@ -219,8 +236,8 @@ fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, En
         dz = z;
     }
     let dzi = st.zones.z[dz as usize];
-    if dzi.role == Role::ReadOnly {
-        return Err(EngineError::ReadOnly(format!("chunk {chunk} (zone {dz})")));
+    if st.zones.is_retired(dz) {
+        return Err(retired_error(dzi.role, chunk, dz));
     }
     let (target, other, cnt) = if !dzi.seq {
         (dz, NONE, n)
@@ -248,6 +265,13 @@ fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, En
         }
         (bz, dz, cnt)
     };
+    if st.zones.is_retired(target) {
+        return Err(retired_error(
+            st.zones.z[target as usize].role,
+            chunk,
+            target,
+        ));
+    }
     if !st.zones.z[target as usize].seq && need_evidence(&st, target) {
         return Ok(Step::NeedEvidence);
     }
@@ -258,9 +282,16 @@ fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, En
     let bytes = &data[..cnt as usize * BLOCK];
     let crcs: Vec<u32> = bytes.chunks(BLOCK).map(crc32fast::hash).collect();
     if let Err(err) = inner.dev_write(bytes, inner.zone_offset(target, b)) {
-        if inner.geo.zone_size > 0 {
-            resync_wp(inner, target);
+        if let Recheck::Lost(role) = inner.recheck_zone(target) {
+            let mut st = inner.state.lock();
+            if drop_empty_zone(inner, &mut st, chunk, target)? {
+                return Ok(Step::Retry);
+            }
+            return Err(retired_error(role, chunk, target));
         }
+        // A zone just taken for this write holds nothing: give it back rather than leak it.
+        let mut st = inner.state.lock();
+        put_chunk(inner, &mut st, chunk)?;
         return Err(err.into());
     }
     let mut st = inner.state.lock();
@@ -281,21 +312,36 @@ fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, En
     Ok(Step::Done(cnt, seq))
 }
 
-/// After a failed write: take the device's write pointer (blocks past it are not valid
-/// anyway: validity is only set after a write completes).
-fn resync_wp(inner: &Inner, zone: u32) {
-    if let Ok(r) = inner.dev.report_zones(zone, 1) {
-        if let Some(z) = r.first() {
-            if z.zone_type.is_sequential() {
-                let wp = if z.cond == zbd::ZoneCondition::Full {
-                    inner.zone_blocks
-                } else {
-                    ((z.wp - z.start) / B) as u32
-                };
-                inner.state.lock().zones.z[zone as usize].wp = wp;
-            }
-        }
+/// A retired zone the chunk holds nothing valid in (it was just taken) leaves the chunk, so
+/// that the write can go elsewhere. True if it did.
+fn drop_empty_zone(
+    inner: &Inner,
+    st: &mut MutexGuard<'_, State>,
+    chunk: u32,
+    zone: u32,
+) -> Result<bool, EngineError> {
+    let e = st.meta.map[chunk as usize];
+    if st.zones.z[zone as usize].weight != 0 {
+        return Ok(false);
     }
+    let (dzone, bzone) = if zone == e.bzone {
+        (e.dzone, NONE)
+    } else if zone == e.dzone && e.bzone == NONE {
+        (NONE, NONE)
+    } else {
+        return Ok(false);
+    };
+    log_op(
+        inner,
+        st,
+        &[Rec::Map {
+            chunk,
+            dzone,
+            bzone,
+        }],
+    )?;
+    st.zones.z[zone as usize].chunk = u32::MAX;
+    Ok(true)
 }
 
 /// Free the chunk's zones that hold no valid block any more (a buffer zone first, then a
@@ -311,7 +357,7 @@ pub(super) fn put_chunk(
     }
     let mut recs = Vec::new();
     let (mut dz, mut bz) = (e.dzone, e.bzone);
-    let freeable = |st: &State, z: u32| st.zones.z[z as usize].role != Role::ReadOnly;
+    let freeable = |st: &State, z: u32| !st.zones.is_retired(z);
     if bz != NONE && st.zones.z[bz as usize].weight == 0 {
         if freeable(st, bz) {
             recs.push(Rec::Free { zone: bz });
@@ -347,6 +393,7 @@ fn wait_free(inner: &Inner, conv_only: bool, deadline: Instant) -> Result<(), En
     };
     let mut st = inner.state.lock();
     let mut pass0: Option<u64> = None;
+    let mut probed = false;
     loop {
         inner.check_failed()?;
         if have(&st) {
@@ -364,16 +411,25 @@ fn wait_free(inner: &Inner, conv_only: bool, deadline: Instant) -> Result<(), En
                 if conv_only { "conventional" } else { "" }
             ))
         };
-        if !inner.opts.reclaim.enabled || Instant::now() >= deadline {
+        let p = st.reclaim_passes;
+        let out = !inner.opts.reclaim.enabled
+            || Instant::now() >= deadline
+            // A whole pass that started after we asked found nothing to free.
+            || matches!(pass0, Some(p0) if p >= p0 + 2 && !st.reclaim_last_progress);
+        if out && !probed {
+            // Before saying ENOSPC, make sure the device still answers: writes that failed
+            // on a dead device may be what holds the zones, and reclaim may not have touched
+            // it. A device error here is the caller's error, not ENOSPC.
+            probed = true;
+            drop(st);
+            commit::flush(inner, false)?;
+            st = inner.state.lock();
+            continue;
+        }
+        if out {
             return Err(nospace());
         }
-        let p = st.reclaim_passes;
-        match pass0 {
-            None => pass0 = Some(p),
-            // A whole pass that started after we asked found nothing to free.
-            Some(p0) if p >= p0 + 2 && !st.reclaim_last_progress => return Err(nospace()),
-            _ => {}
-        }
+        pass0.get_or_insert(p);
         st.waiters += 1;
         MutexGuard::unlocked(&mut st, || inner.kick_reclaim());
         // Reclaim bumps `reclaim_passes` under this lock before it signals: re-checking it
@@ -403,8 +459,8 @@ pub(super) fn discard(inner: &Inner, offset: u64, len: u64) -> Result<(), Engine
             continue;
         }
         for z in [e.dzone, e.bzone] {
-            if z != NONE && st.zones.z[z as usize].role == Role::ReadOnly {
-                return Err(EngineError::ReadOnly(format!("chunk {chunk} (zone {z})")));
+            if z != NONE && st.zones.is_retired(z) {
+                return Err(retired_error(st.zones.z[z as usize].role, chunk, z));
             }
         }
         let cnt = (n / BLOCK) as u32;

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use tracing::{info, warn};
-use zbd::{Geometry, ZbdError, ZonedDevice};
+use zbd::{Geometry, ZbdError, ZoneCondition, ZonedDevice};
 
 use crate::format::{decode_map_block, FormatError, Layout, MapEntry, Superblock, BLOCK};
 use crate::sets;
@@ -241,6 +241,29 @@ struct Inner {
     pub executor: Arc<dyn Executor>,
 }
 
+/// What [`Inner::recheck_zone`] learnt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recheck {
+    /// Offline or read-only: retired with this role.
+    Lost(Role),
+    Usable,
+    /// The device did not answer.
+    Unknown,
+}
+
+/// The error for I/O a retired zone cannot serve: EROFS for a read-only one, EIO for a
+/// lost one.
+fn retired_error(role: Role, chunk: u32, zone: u32) -> EngineError {
+    if role == Role::ReadOnly {
+        EngineError::ReadOnly(format!("chunk {chunk} (zone {zone})"))
+    } else {
+        EngineError::Device(ZbdError::device(
+            format!("chunk {chunk}: zone {zone} is offline"),
+            libc::EIO,
+        ))
+    }
+}
+
 /// The engine. Safe for concurrent calls from many threads.
 pub struct Engine {
     inner: Arc<Inner>,
@@ -282,6 +305,42 @@ impl Inner {
             .dev_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// After an operation on `zone` failed (or before reclaim trusts it): ask the device
+    /// what became of it. An offline or read-only zone is retired for good; otherwise a
+    /// sequential zone's write pointer is taken from the report (blocks past it were never
+    /// valid: validity is only set after a write completes).
+    pub fn recheck_zone(&self, zone: u32) -> Recheck {
+        let Some(r) = self
+            .dev
+            .report_zones(zone, 1)
+            .ok()
+            .and_then(|r| r.first().cloned())
+        else {
+            return Recheck::Unknown;
+        };
+        let role = match r.cond {
+            ZoneCondition::Offline => Role::Offline,
+            ZoneCondition::ReadOnly => Role::ReadOnly,
+            _ => {
+                if r.zone_type.is_sequential() {
+                    let wp = if r.cond == ZoneCondition::Full {
+                        self.zone_blocks
+                    } else {
+                        ((r.wp - r.start) / BLOCK as u64) as u32
+                    };
+                    self.state.lock().zones.z[zone as usize].wp = wp;
+                }
+                return Recheck::Usable;
+            }
+        };
+        let mut st = self.state.lock();
+        if !st.zones.is_retired(zone) {
+            warn!(zone, ?role, "zone lost; retired");
+        }
+        st.zones.retire(zone, role);
+        Recheck::Lost(role)
     }
 
     /// New reclaimable state (a conventional data zone, a buffer): let reclaim re-evaluate.
@@ -631,7 +690,13 @@ impl Engine {
                 .collect()
         };
         for z in stale {
-            self.inner.dev.zone_mgmt(zbd::ZoneOp::Reset, z)?;
+            if let Err(e) = self.inner.dev.zone_mgmt(zbd::ZoneOp::Reset, z) {
+                // A zone that went offline or read-only is retired, not an error.
+                if let Recheck::Lost(_) = self.inner.recheck_zone(z) {
+                    continue;
+                }
+                return Err(e.into());
+            }
             self.inner.state.lock().zones.z[z as usize].wp = 0;
         }
         Ok(())

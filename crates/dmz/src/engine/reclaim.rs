@@ -20,7 +20,7 @@ use crate::format::{MapEntry, BLOCK};
 use super::commit::{self, log_op};
 use super::log::{Rec, NONE};
 use super::zones::Role;
-use super::{EngineError, Inner, State};
+use super::{EngineError, Inner, Recheck, State};
 
 /// How reclaim picks its victims.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -105,6 +105,9 @@ fn candidates(st: &State, policy: VictimPolicy, allow_move: bool) -> Vec<Cand> {
             continue;
         }
         if e.bzone != NONE {
+            if st.zones.z[e.bzone as usize].role != Role::Buffer {
+                continue; // retired: the chunk stays as it is
+            }
             let bw = st.zones.z[e.bzone as usize].weight as u64;
             out.push(Cand {
                 chunk: chunk as u32,
@@ -324,9 +327,16 @@ fn reclaim_one(inner: &Arc<Inner>, c: Cand, mode: Mode) -> Result<bool, EngineEr
     };
     let dev = &*inner.dev;
     let zb = inner.zone_blocks;
+    // A zone that went read-only still reads fine: ask the device before moving the chunk
+    // off it (and freeing it for others to fail on). A retired zone's chunk stays put.
+    for z in [c.map.dzone, c.map.bzone] {
+        if z != NONE && matches!(inner.recheck_zone(z), Recheck::Lost(_)) {
+            return Ok(false);
+        }
+    }
     let mut st = inner.state.lock();
     let e = st.meta.map[c.chunk as usize];
-    if e != c.map || e.dzone == NONE {
+    if e != c.map || e.dzone == NONE || st.zones.is_retired(e.dzone) {
         return Ok(false);
     }
     let (dz, bz) = (e.dzone, e.bzone);
@@ -405,24 +415,21 @@ fn reclaim_one(inner: &Arc<Inner>, c: Cand, mode: Mode) -> Result<bool, EngineEr
     }
     let fresh = dst != dz && dst != bz;
     if fresh && st.zones.z[dst as usize].wp != 0 {
-        MutexGuard::unlocked(&mut st, || dev.zone_mgmt(ZoneOp::Reset, dst))?;
+        if let Err(err) = MutexGuard::unlocked(&mut st, || dev.zone_mgmt(ZoneOp::Reset, dst)) {
+            drop(st);
+            return abandon(inner, dst, fresh, &srcs, err.into());
+        }
         st.zones.z[dst as usize].wp = 0;
     }
     drop(st);
 
-    let copied = match copy(inner, dst, dst_seq, &runs, mode) {
-        Ok(n) => n,
-        Err(err) => {
-            // Give a fresh destination back; its Free record keeps replay consistent.
-            let mut st = inner.state.lock();
-            if fresh {
-                let _ = log_op(inner, &mut st, &[Rec::Free { zone: dst }]);
-            }
-            return Err(err);
-        }
-    };
     // The copies must be durable before the record that points at them.
-    dev.flush()?;
+    let copied = match copy(inner, dst, dst_seq, &runs, mode)
+        .and_then(|n| dev.flush().map(|_| n).map_err(EngineError::from))
+    {
+        Ok(n) => n,
+        Err(err) => return abandon(inner, dst, fresh, &srcs, err),
+    };
     let mut st = inner.state.lock();
     if dst_seq {
         if let Some(r) = runs.last() {
@@ -452,6 +459,46 @@ fn reclaim_one(inner: &Arc<Inner>, c: Cand, mode: Mode) -> Result<bool, EngineEr
         .fetch_add(copied, Ordering::Relaxed);
     debug!(chunk = c.chunk, dst, ?srcs, copied, ?mode, "reclaimed");
     Ok(true)
+}
+
+/// A reclaim failed before its record: nothing names what it wrote into `dst`. A fresh
+/// destination goes back to its pool (or is retired); the write pointers are taken from the
+/// device. If a zone involved went offline or read-only it is retired and the chunk left
+/// as it is (false); any other error stands.
+fn abandon(
+    inner: &Inner,
+    dst: u32,
+    fresh: bool,
+    srcs: &[u32],
+    err: EngineError,
+) -> Result<bool, EngineError> {
+    let mut lost = false;
+    let mut dst_known = false;
+    for &z in std::iter::once(&dst).chain(srcs) {
+        let r = inner.recheck_zone(z);
+        lost |= matches!(r, Recheck::Lost(_));
+        if z == dst {
+            dst_known = r != Recheck::Unknown;
+        }
+    }
+    let mut st = inner.state.lock();
+    if fresh {
+        if st.zones.is_retired(dst) {
+            st.zones.z[dst as usize].chunk = u32::MAX;
+        } else {
+            if !dst_known {
+                // Its write pointer is unknown: make sure it is reset before reuse.
+                st.zones.z[dst as usize].wp = inner.zone_blocks;
+            }
+            st.zones.give_back(dst);
+        }
+    }
+    drop(st);
+    if lost {
+        warn!(error = %err, dst, ?srcs, "reclaim: a zone was lost; chunk left as it is");
+        return Ok(false);
+    }
+    Err(err)
 }
 
 /// Copy the runs into `dst` in batches of up to 1 MiB (zeros for holes of a sequential

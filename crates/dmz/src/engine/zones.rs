@@ -163,6 +163,59 @@ impl Zones {
         self.pending_free.push((zone, seq));
     }
 
+    /// A zone allocated but not yet named by any record goes back to its pool (a failed
+    /// reset or copy): first in line, as if never taken.
+    pub fn give_back(&mut self, zone: u32) {
+        let zi = &mut self.z[zone as usize];
+        zi.chunk = u32::MAX;
+        zi.weight = 0;
+        if zi.seq {
+            if (self.reserved.len() as u32) < self.nr_reserved {
+                zi.role = Role::Reserved;
+                self.reserved.push(zone);
+            } else {
+                zi.role = Role::Free;
+                self.free_seq.push_front(zone);
+            }
+        } else {
+            zi.role = Role::Free;
+            self.free_conv.push_front(zone);
+        }
+    }
+
+    /// The device reports `zone` offline or read-only: out of every pool for good (never
+    /// allocated, never a reclaim victim or destination). A chunk mapped to it keeps it.
+    pub fn retire(&mut self, zone: u32, role: Role) {
+        debug_assert!(matches!(role, Role::Offline | Role::ReadOnly));
+        self.free_conv.retain(|&z| z != zone);
+        self.free_seq.retain(|&z| z != zone);
+        self.reserved.retain(|&z| z != zone);
+        self.pending_free.retain(|&(z, _)| z != zone);
+        let zi = &mut self.z[zone as usize];
+        if !zi.seq && role == Role::Offline && zi.role != Role::Offline {
+            self.nr_conv_data_zones = self.nr_conv_data_zones.saturating_sub(1);
+        }
+        if matches!(zi.role, Role::Free | Role::Reserved | Role::PendingFree) {
+            zi.chunk = u32::MAX;
+        }
+        let newly = !matches!(zi.role, Role::Offline | Role::ReadOnly);
+        zi.role = role;
+        if newly {
+            // One zone fewer: like a degraded volume at load, it comes out of the reserve.
+            self.nr_reserved = self.nr_reserved.saturating_sub(1);
+            while self.reserved.len() as u32 > self.nr_reserved {
+                let z = self.reserved.pop().expect("len > nr_reserved >= 0");
+                self.z[z as usize].role = Role::Free;
+                self.free_seq.push_back(z);
+            }
+        }
+    }
+
+    /// Offline or read-only: retired.
+    pub fn is_retired(&self, zone: u32) -> bool {
+        matches!(self.z[zone as usize].role, Role::Offline | Role::ReadOnly)
+    }
+
     /// Pending frees whose records are below `written_seq` (they will be durable after the
     /// next device flush).
     pub fn flushable_frees(&self, written_seq: u64) -> Vec<u32> {
