@@ -592,7 +592,12 @@ enum Which {
 fn zone_condition(which: Which, cond: ZoneCondition) {
     let _w = watchdog("zone_condition", 120);
     let mut rig = Rig::new(0x20e5 ^ which as u64 ^ ((cond as u64) << 8));
-    let e = rig.open(opts());
+    // Reclaim only for writers waiting for a zone: a busy pass must not move chunk 3
+    // between looking up its zones and losing one of them.
+    let mut o = opts();
+    o.reclaim.low_free_pct = 0;
+    o.reclaim.high_free_pct = 0;
+    let e = rig.open(o);
     let cb = rig.chunk_blocks;
     // Chunks 0..8 fully written (sequential data zones), then an overwrite of blocks 5..8
     // of each (a buffer zone per chunk).

@@ -436,7 +436,7 @@ fn reclaim_one(inner: &Arc<Inner>, c: Cand, mode: Mode) -> Result<bool, EngineEr
             st.zones.z[dst as usize].wp = r.0 + r.1;
         }
     }
-    log_op(
+    let logged = log_op(
         inner,
         &mut st,
         &[Rec::Reclaim {
@@ -446,7 +446,15 @@ fn reclaim_one(inner: &Arc<Inner>, c: Cand, mode: Mode) -> Result<bool, EngineEr
             dzone: newmap.0,
             bzone: newmap.1,
         }],
-    )?;
+    );
+    if let Err(err) = logged {
+        // The engine has failed (a bitmap read while applying, a commit for room); a fresh
+        // destination the chunk does not map yet goes back rather than leak.
+        if fresh && st.meta.map[c.chunk as usize].dzone != dst {
+            st.zones.give_back(dst);
+        }
+        return Err(err);
+    }
     let zi = &mut st.zones.z[dst as usize];
     zi.role = Role::Data;
     zi.chunk = c.chunk;
