@@ -2,7 +2,7 @@
 //! measured in the same run.
 //!
 //! 1. **Sequential fill** through the engine (1 MiB writes from chunk starts, then one
-//!    flush) against the backend's raw sequential writes into its sequential zones (same
+//!    flush; best of 3, alternating) against the backend's raw sequential writes into its sequential zones (same
 //!    volume, same I/O size, then one device flush), on an emulated image file
 //!    (`zbd::Emulated`, page cache). Target: engine >= 0.9x raw.
 //! 2. **Random 4 KiB overwrites** at 50 % and 80 % logical fill (filled sequentially first)
@@ -13,7 +13,7 @@
 //!    conventional zone first, oldest-first victims).
 //!
 //! `DMZ_BENCH_SEQ_MIB` (default 1024) sets the sequential volume, `DMZ_BENCH_RAND_OPS`
-//! (default 40000) the number of random writes, `DMZ_BENCH_DIR` the image directory.
+//! (default 5000) the number of random writes, `DMZ_BENCH_DIR` the image directory.
 //! Run with `cargo bench --bench engine`.
 
 use std::sync::Arc;
@@ -128,8 +128,8 @@ struct RandResult {
 /// Fill `fill_pct` % of the volume sequentially, then `ops` random 4 KiB overwrites in the
 /// filled part, then wait for reclaim to settle.
 fn random(fill_pct: u64, ops: u64, zonedd: bool) -> RandResult {
-    // 1 GiB: 64 zones of 16 MiB, 8 conventional; 4 reserved.
-    let dev = MemDevice::with_zones(16 * MIB, 64, 8).unwrap();
+    // 512 MiB: 128 zones of 4 MiB, 8 conventional; 4 reserved.
+    let dev = MemDevice::with_zones(4 * MIB, 128, 8).unwrap();
     format(&dev, 4);
     let dev: Arc<dyn ZonedDevice> = Arc::new(dev);
     let mut o = quiet_opts();
@@ -177,13 +177,19 @@ fn main() {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|_| std::env::temp_dir());
     let mib = env_u64("DMZ_BENCH_SEQ_MIB", 1024);
-    let ops = env_u64("DMZ_BENCH_RAND_OPS", 40_000);
+    let ops = env_u64("DMZ_BENCH_RAND_OPS", 5_000);
 
     println!(
         "engine bench: sequential {mib} MiB on an emulated image in {}",
         dir.display()
     );
-    let (raw, eng) = sequential(&dir, mib);
+    // Alternate baseline and engine, keep the best of each (page-cache noise).
+    let (mut raw, mut eng) = (0f64, 0f64);
+    for _ in 0..3 {
+        let (r, e) = sequential(&dir, mib);
+        raw = raw.max(r);
+        eng = eng.max(e);
+    }
     println!("| workload | baseline | engine | ratio |");
     println!("|---|---|---|---|");
     println!(
@@ -191,7 +197,7 @@ fn main() {
         eng / raw
     );
 
-    println!("\nrandom 4 KiB overwrites, {ops} writes (flush every 1024), 1 GiB RAM device, 16 MiB zones");
+    println!("\nrandom 4 KiB overwrites, {ops} writes (flush every 1024), 512 MiB RAM device, 4 MiB zones, 8 conventional");
     println!("| fill | policy | write amplification | MiB/s | IOPS | zones reclaimed |");
     println!("|---|---|---|---|---|---|");
     for fill in [50, 80] {
