@@ -205,7 +205,10 @@ fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, En
     let mut dz = e.dzone;
     let mut bz = e.bzone;
     if dz == NONE {
-        let direct = b == 0 && inner.opts.direct_sequential;
+        // Keep one active-zone slot for reclaim destinations.
+        let direct = b == 0
+            && inner.opts.direct_sequential
+            && st.zones.can_open(inner.geo.max_active_zones, 1);
         let z = if direct {
             st.zones
                 .alloc_seq(Role::Data, chunk)

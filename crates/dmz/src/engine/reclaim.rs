@@ -137,10 +137,11 @@ fn candidates(st: &State, policy: VictimPolicy, allow_move: bool) -> Vec<Cand> {
     out
 }
 
-fn seq_available(st: &State, mode: Mode) -> bool {
-    !st.zones.free_seq.is_empty()
-        || (matches!(mode, Mode::Urgent | Mode::Busy | Mode::Forced)
-            && !st.zones.reserved.is_empty())
+fn seq_available(inner: &Inner, st: &State, mode: Mode) -> bool {
+    st.zones.can_open(inner.geo.max_active_zones, 0)
+        && (!st.zones.free_seq.is_empty()
+            || (matches!(mode, Mode::Urgent | Mode::Busy | Mode::Forced)
+                && !st.zones.reserved.is_empty()))
 }
 
 /// What reclaim should do now, and until when to sleep otherwise.
@@ -154,7 +155,7 @@ fn evaluate(inner: &Inner, st: &State, busy: &mut bool) -> (Option<Mode>, Option
     } else if pct > inner.opts.reclaim.high_free_pct {
         *busy = false;
     }
-    let any = !candidates(st, inner.opts.reclaim.policy, seq_available(st, Mode::Idle)).is_empty();
+    let any = !candidates(st, inner.opts.reclaim.policy, seq_available(inner, st, Mode::Idle)).is_empty();
     if !any {
         return (None, None);
     }
@@ -251,7 +252,7 @@ fn run_pass(inner: &Arc<Inner>, mode: Mode) -> Result<bool, EngineError> {
             if goal_met {
                 return Ok(progress);
             }
-            candidates(&st, inner.opts.reclaim.policy, seq_available(&st, mode))
+            candidates(&st, inner.opts.reclaim.policy, seq_available(inner, &st, mode))
         };
         if cands.is_empty() {
             return Ok(progress);
@@ -363,7 +364,7 @@ fn reclaim_one(inner: &Arc<Inner>, c: Cand, mode: Mode) -> Result<bool, EngineEr
             srcs = vec![bz];
             newmap = (dz, NONE);
             dst_seq = true;
-        } else if seq_available(&st, mode) {
+        } else if seq_available(inner, &st, mode) {
             // Both into a fresh sequential zone.
             let Some(s) = st.zones.alloc_seq_reclaim(c.chunk) else {
                 return Ok(false);
@@ -397,7 +398,7 @@ fn reclaim_one(inner: &Arc<Inner>, c: Cand, mode: Mode) -> Result<bool, EngineEr
             newmap = (bz, NONE);
             dst_seq = false;
         }
-    } else if !dzi.seq && seq_available(&st, mode) {
+    } else if !dzi.seq && seq_available(inner, &st, mode) {
         let Some(s) = st.zones.alloc_seq_reclaim(c.chunk) else {
             return Ok(false);
         };

@@ -256,6 +256,20 @@ impl Zones {
         n
     }
 
+    /// Sequential zones partly written (open or closed: they count against max-active).
+    pub fn nr_active(&self) -> u32 {
+        self.z
+            .iter()
+            .filter(|z| z.seq && z.wp > 0 && z.wp < self.zone_blocks)
+            .count() as u32
+    }
+
+    /// Whether opening one more sequential zone stays under `max_active` (0: no limit),
+    /// keeping `spare` slots for others (reclaim).
+    pub fn can_open(&self, max_active: u32, spare: u32) -> bool {
+        max_active == 0 || self.nr_active() + 1 + spare <= max_active
+    }
+
     /// Zones per role, for stats.
     pub fn count(&self, role: Role) -> u64 {
         self.z.iter().filter(|z| z.role == role).count() as u64
