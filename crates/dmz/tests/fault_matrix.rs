@@ -185,6 +185,8 @@ struct Rig {
     errors: Vec<(i32, String)>,
     /// Record any errno instead of failing at once (the caller asserts later).
     any_errno: bool,
+    /// A zone went offline or read-only for good: the volume runs degraded.
+    degraded: bool,
 }
 
 fn opts() -> EngineOptions {
@@ -218,6 +220,7 @@ impl Rig {
             last_end: 0,
             errors: Vec::new(),
             any_errno: false,
+            degraded: false,
         }
     }
 
@@ -332,6 +335,12 @@ impl Rig {
             })
             .collect();
         assert!(bad.is_empty(), "check findings: {bad:#?}");
+        assert_eq!(
+            r.warnings.iter().any(|w| w.starts_with("degraded")),
+            self.degraded,
+            "check warnings: {:?}",
+            r.warnings
+        );
     }
 }
 
@@ -627,6 +636,7 @@ fn zone_condition(which: Which, cond: ZoneCondition) {
         }
     };
     rig.dev.set_condition(zone, cond).expect("set condition");
+    rig.degraded = true;
     // Count what the engine still sends to the lost zone (the predicate never fails).
     let touched = Arc::new(AtomicU64::new(0));
     let t = touched.clone();
