@@ -947,3 +947,30 @@ fn backend_vanishes_eio() {
 fn backend_vanishes_enodev() {
     vanish(libc::ENODEV, 0xde0d, true);
 }
+
+/// A volume loads degraded while its lost zones fit in the reserve (sized by the format's
+/// count of usable zones), and fails with a clear error once its chunks no longer fit.
+#[test]
+fn lost_zones_load_degraded_until_chunks_no_longer_fit() {
+    let mem = MemDevice::with_zones(ZONE_KIB * 1024, NR_ZONES, NR_CONV).expect("mem device");
+    format_dev(&mem, RESERVED);
+    let fresh = dmz::sets::load(&mem).expect("load").layout;
+    assert_eq!(fresh.nr_lost_zones, 0);
+    let mut lost = 0;
+    let err = loop {
+        // Sequential zones from the top: never the metadata.
+        mem.set_condition(NR_ZONES - 1 - lost, ZoneCondition::Offline)
+            .expect("set condition");
+        lost += 1;
+        match dmz::sets::load(&mem) {
+            Ok(l) => {
+                assert_eq!(l.layout.nr_lost_zones, lost, "{:?}", l.layout);
+                assert_eq!(l.layout.nr_chunks, fresh.nr_chunks);
+            }
+            Err(e) => break e.to_string(),
+        }
+    };
+    println!("{lost} lost zones: {err}; faults injected {lost}");
+    assert!(lost > RESERVED, "failed with only {lost} lost zones: {err}");
+    assert!(err.contains("offline or read-only"), "{err}");
+}
