@@ -103,6 +103,9 @@ fn human(args: &Args, r: &CheckReport) -> String {
         s.unmapped_zones,
         s.set_blocks_compared
     );
+    for w in &r.warnings {
+        out.push_str(&format!("  warning: {w}\n"));
+    }
     for f in &r.errors {
         let fixed = if r.fixed.contains(f) { " [fixed]" } else { "" };
         out.push_str(&format!("  error: {}{fixed}\n", f.message));
