@@ -155,7 +155,12 @@ fn evaluate(inner: &Inner, st: &State, busy: &mut bool) -> (Option<Mode>, Option
     } else if pct > inner.opts.reclaim.high_free_pct {
         *busy = false;
     }
-    let any = !candidates(st, inner.opts.reclaim.policy, seq_available(inner, st, Mode::Idle)).is_empty();
+    let any = !candidates(
+        st,
+        inner.opts.reclaim.policy,
+        seq_available(inner, st, Mode::Idle),
+    )
+    .is_empty();
     if !any {
         return (None, None);
     }
@@ -252,7 +257,11 @@ fn run_pass(inner: &Arc<Inner>, mode: Mode) -> Result<bool, EngineError> {
             if goal_met {
                 return Ok(progress);
             }
-            candidates(&st, inner.opts.reclaim.policy, seq_available(inner, &st, mode))
+            candidates(
+                &st,
+                inner.opts.reclaim.policy,
+                seq_available(inner, &st, mode),
+            )
         };
         if cands.is_empty() {
             return Ok(progress);
