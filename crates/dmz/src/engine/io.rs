@@ -388,19 +388,32 @@ pub(super) fn put_chunk(
 }
 
 /// Wait for a free zone: flush to release zones whose Free records are not durable yet,
-/// then wait on the condvar reclaim signals. ENOSPC when reclaim finishes a full pass
-/// without freeing anything, or at the deadline.
+/// then wait on the condvar reclaim signals. ENOSPC when two reclaim passes in a row, started
+/// after the last one that freed something, free nothing, or when reclaim makes no progress
+/// for `wait_timeout`. A writer is never failed while reclaim is still freeing zones, however
+/// slowly (other writers may take each zone first): a filesystem shuts down on ENOSPC from
+/// its block device, so like dm-zoned we rather wait.
 fn wait_free(inner: &Inner, conv_only: bool, deadline: Instant) -> Result<(), EngineError> {
     let have = |st: &State| {
         !st.zones.free_conv.is_empty() || (!conv_only && !st.zones.free_seq.is_empty())
     };
+    let mut deadline = deadline;
     let mut st = inner.state.lock();
     let mut pass0: Option<u64> = None;
+    let mut seen_pass = st.reclaim_passes;
     let mut probed = false;
     loop {
         inner.check_failed()?;
         if have(&st) {
             return Ok(());
+        }
+        if st.reclaim_passes != seen_pass {
+            seen_pass = st.reclaim_passes;
+            if st.reclaim_last_progress {
+                // Reclaim is freeing zones: restart both the pass count and the clock.
+                pass0 = Some(seen_pass);
+                deadline = Instant::now() + inner.opts.reclaim.wait_timeout;
+            }
         }
         if !st.zones.pending_free.is_empty() {
             drop(st);
