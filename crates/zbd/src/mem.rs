@@ -191,14 +191,9 @@ impl ZonedDevice for MemDevice {
     }
 
     fn reset_all(&self) -> Result<()> {
-        for z in self.nr_conv..self.geo.nr_zones {
-            let cond = self.state.lock().zones[z as usize].cond;
-            if !matches!(
-                cond,
-                ZoneCondition::Empty | ZoneCondition::ReadOnly | ZoneCondition::Offline
-            ) {
-                self.zone_mgmt(ZoneOp::Reset, z)?;
-            }
+        let zones = self.state.lock().zones_to_reset();
+        for z in zones {
+            self.zone_mgmt(ZoneOp::Reset, z)?;
         }
         Ok(())
     }

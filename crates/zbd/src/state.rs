@@ -360,6 +360,18 @@ impl ZoneStates {
         Ok(vec![z])
     }
 
+    /// Sequential zones a reset-all has to reset: written and still writable.
+    pub fn zones_to_reset(&self) -> Vec<u32> {
+        (self.nr_conv..self.geo.nr_zones)
+            .filter(|&z| {
+                !matches!(
+                    self.zones[z as usize].cond,
+                    ZoneCondition::Empty | ZoneCondition::ReadOnly | ZoneCondition::Offline
+                )
+            })
+            .collect()
+    }
+
     #[cfg(test)]
     pub fn counts(&self) -> (u32, u32) {
         (self.nr_open, self.nr_active)
