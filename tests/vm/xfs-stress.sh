@@ -8,7 +8,7 @@
 # number of operations; assert `zonedd status --json` shows reclaimed zones; umount,
 # `xfs_repair -n` clean; mount again and verify the known tree's checksums and the workload's
 # manifest (read back from the device); umount, delete, `zonedd check` clean.
-# Knobs (host environment): ZONEDD_VM_STRESS_OPS (default 1500), ZONEDD_VM_STRESS_SEED (default 1),
+# Knobs (host environment): ZONEDD_VM_STRESS_OPS (default 2000), ZONEDD_VM_STRESS_SEED (default 1),
 # ZONEDD_VM_STRESS_GEOMETRY="SIZE_MB ZONE_MB NR_CONV" (default "1024 16 4").
 # vm-timeout: 600
 # vm-memory: 4G
@@ -17,7 +17,7 @@ source "$(dirname "$0")/lib/devices.sh"
 Z=$(zonedd_bin)
 stress=$(cd "$(dirname "$0")/stress" && pwd -P)/fsworkload.py
 py=/usr/bin/python3
-ops=${ZONEDD_VM_STRESS_OPS:-1500}
+ops=${ZONEDD_VM_STRESS_OPS:-2000}
 seed=${ZONEDD_VM_STRESS_SEED:-1}
 read -r size_mb zone_mb nr_conv <<<"${ZONEDD_VM_STRESS_GEOMETRY:-1024 16 4}"
 modprobe ublk_drv
@@ -31,6 +31,10 @@ id=
 dump_log() {
     local rc=$?
     [ "$rc" != 0 ] || return 0
+    if [ -n "$id" ]; then
+        echo "---- zonedd status $id ----" >&2
+        "$Z" status "$id" >&2 || true
+    fi
     if [ -n "$id" ] && [ -f "/run/zonedd/$id.log" ]; then
         echo "---- /run/zonedd/$id.log (last 80 lines) ----" >&2
         tail -n 80 "/run/zonedd/$id.log" >&2

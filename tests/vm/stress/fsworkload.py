@@ -232,6 +232,18 @@ class Model:
             except OSError as e:
                 raise Mismatch("operation %d (%s): %s" % (i, name, e)) from e
 
+    def fsync_all(self):
+        """fsync every file and directory: unlike sync(2), fsync reports writeback errors
+        (an ENOSPC or EIO the device returned while the page cache still looks right)."""
+        for rel in sorted(self.files) + sorted(self.dirs):
+            fd = os.open(self.p(rel), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            except OSError as e:
+                raise Mismatch("final fsync of %r: %s" % (rel or ".", e)) from e
+            finally:
+                os.close(fd)
+
     def manifest(self):
         files = {}
         for rel, ino in self.files.items():
@@ -306,7 +318,7 @@ def main():
         m = Model(a.dir, random.Random(a.seed), a.max_bytes)
         try:
             m.run(a.ops)
-            os.sync()
+            m.fsync_all()
             want = m.manifest()
             errs = compare(want, scan(a.dir))
             if errs:
