@@ -8,7 +8,7 @@
 # number of operations; assert `zonedd status --json` shows reclaimed zones; umount,
 # `xfs_repair -n` clean; mount again and verify the known tree's checksums and the workload's
 # manifest (read back from the device); umount, delete, `zonedd check` clean.
-# Knobs (host environment): ZONEDD_VM_STRESS_OPS (default 2000), ZONEDD_VM_STRESS_SEED (default 1),
+# Knobs (host environment): ZONEDD_VM_STRESS_OPS (default 1500), ZONEDD_VM_STRESS_SEED (default 1),
 # ZONEDD_VM_STRESS_GEOMETRY="SIZE_MB ZONE_MB NR_CONV" (default "1024 16 4").
 # vm-timeout: 600
 # vm-memory: 4G
@@ -17,7 +17,7 @@ source "$(dirname "$0")/lib/devices.sh"
 Z=$(zonedd_bin)
 stress=$(cd "$(dirname "$0")/stress" && pwd -P)/fsworkload.py
 py=/usr/bin/python3
-ops=${ZONEDD_VM_STRESS_OPS:-2000}
+ops=${ZONEDD_VM_STRESS_OPS:-1500}
 seed=${ZONEDD_VM_STRESS_SEED:-1}
 read -r size_mb zone_mb nr_conv <<<"${ZONEDD_VM_STRESS_GEOMETRY:-1024 16 4}"
 modprobe ublk_drv
@@ -67,7 +67,8 @@ for ((i = 0; i < 24; i++)); do
     mkdir -p "$mnt/known/k$((i % 4))"
     head -c $(((RANDOM % 512 + 1) * 4096 + RANDOM % 4096)) /dev/urandom >"$mnt/known/k$((i % 4))/f$i"
 done
-sync
+# sync with file names fsyncs each one and, unlike a plain sync, fails on a writeback error.
+sync "$mnt"/known/k*/f* "$mnt"/known/k* "$mnt/known" || vm_fail "writing the known tree failed (writeback error)"
 (cd "$mnt/known" && find . -type f -print0 | sort -z | xargs -0 sha256sum) >"$VM_SCRATCH/known.sums"
 echo "known tree: $(wc -l <"$VM_SCRATCH/known.sums") files, $(du -sm "$mnt/known" | cut -f1) MiB"
 
