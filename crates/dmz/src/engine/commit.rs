@@ -479,6 +479,7 @@ pub(super) fn load(dev: Arc<dyn ZonedDevice>, opts: EngineOptions) -> Result<Inn
         waiters: 0,
         reclaim_passes: 0,
         reclaim_last_progress: false,
+        reclaim_exhausted: false,
         last_io: Instant::now(),
     };
     let (mut applied, mut skipped) = (0u64, 0u64);

@@ -431,7 +431,8 @@ fn wait_free(inner: &Inner, conv_only: bool, deadline: Instant) -> Result<(), En
         let out = !inner.opts.reclaim.enabled
             || Instant::now() >= deadline
             // A whole pass that started after we asked found nothing to free.
-            || matches!(pass0, Some(p0) if p >= p0 + 2 && !st.reclaim_last_progress);
+            || matches!(pass0, Some(p0) if p >= p0 + 2
+                && !st.reclaim_last_progress && st.reclaim_exhausted);
         if out && !probed {
             // Before saying ENOSPC, make sure the device still answers: writes that failed
             // on a dead device may be what holds the zones, and reclaim may not have touched

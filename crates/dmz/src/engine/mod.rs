@@ -201,6 +201,9 @@ struct State {
     /// Completed reclaim passes, and whether the last one freed anything.
     pub reclaim_passes: u64,
     pub reclaim_last_progress: bool,
+    /// The last reclaim pass ended because nothing was reclaimable at all (no candidate, no
+    /// zone waiting for a flush), not because it was busy or interrupted.
+    pub reclaim_exhausted: bool,
     pub last_io: Instant,
 }
 

@@ -242,6 +242,8 @@ pub(super) fn reclaim_thread(inner: &Arc<Inner>) {
 fn run_pass(inner: &Arc<Inner>, mode: Mode) -> Result<bool, EngineError> {
     let start = Instant::now();
     let mut progress = false;
+    let mut flushed_for_pending = false;
+    inner.state.lock().reclaim_exhausted = false;
     loop {
         if inner.bg.lock().stop || inner.check_failed().is_err() {
             return Ok(progress);
@@ -264,8 +266,19 @@ fn run_pass(inner: &Arc<Inner>, mode: Mode) -> Result<bool, EngineError> {
             )
         };
         if cands.is_empty() {
+            // Zones freed by records not yet flushed become usable (as destinations) after
+            // a flush: without it this pass would end "nothing to do" and a writer waiting
+            // for a zone would get ENOSPC although the next pass could free one.
+            let pending = !inner.state.lock().zones.pending_free.is_empty();
+            if pending && !flushed_for_pending {
+                flushed_for_pending = true;
+                commit::flush(inner, false)?;
+                continue;
+            }
+            inner.state.lock().reclaim_exhausted = !pending;
             return Ok(progress);
         }
+        flushed_for_pending = false;
         let n = inner.opts.reclaim.parallel.max(1);
         let done = if n == 1 {
             let mut done = false;
@@ -329,11 +342,22 @@ fn push_run(runs: &mut Runs, b: u32, src: u32) {
     }
 }
 
-/// Reclaim one chunk if its lock is free and its mapping unchanged. True if zones were
-/// freed.
+/// Reclaim one chunk if its mapping is unchanged. True if zones were freed.
+///
+/// In the background a busy chunk is skipped (its lock taken); when a writer waits for a
+/// zone, reclaim waits for the chunk's I/O in flight instead: skipping it would count as "a
+/// pass that freed nothing" and fail the waiting writer with ENOSPC although the zones are
+/// reclaimable. Waiting is safe: no thread waits for a free zone, nor for reclaim, while
+/// holding a chunk lock.
 fn reclaim_one(inner: &Arc<Inner>, c: Cand, mode: Mode) -> Result<bool, EngineError> {
-    let Some(_g) = inner.chunk_lock(c.chunk).try_write() else {
-        return Ok(false);
+    let lock = inner.chunk_lock(c.chunk);
+    let _g = if mode == Mode::Urgent {
+        lock.write()
+    } else {
+        match lock.try_write() {
+            Some(g) => g,
+            None => return Ok(false),
+        }
     };
     let dev = &*inner.dev;
     let zb = inner.zone_blocks;
