@@ -229,10 +229,13 @@ fn layout_invariants(l: &Layout, zones: &[Zone], geo: &Geometry) {
             ZoneCondition::Offline | ZoneCondition::ReadOnly
         ));
     }
-    // Chunks, metadata and reserved zones fit in the usable zones.
+    // Chunks and metadata fit in the usable zones; so do the reserved zones, except those
+    // lost (offline or read-only) since the format, which a degraded volume takes out of
+    // its reserve.
+    assert!(l.nr_chunks as u64 + 2 * l.nr_meta_zones as u64 <= l.nr_usable_zones as u64);
     assert!(
         l.nr_chunks as u64 + 2 * l.nr_meta_zones as u64 + l.nr_reserved_seq as u64
-            <= l.nr_usable_zones as u64
+            <= l.nr_usable_zones as u64 + l.nr_lost_zones as u64
     );
     assert!(l.nr_rnd_zones <= l.nr_usable_zones && l.nr_usable_zones <= l.nr_zones);
     // Every metadata block of both sets is inside the device and its set's zones.
