@@ -18,6 +18,8 @@ if ! cargo test --release -p dmz --test engine_model --test engine_powercut -- -
     tail -n 60 target/engine-long-tests.log
     exit 1
 fi
+echo "== fuzz smoke run (libFuzzer, 10 s per target; installs cargo-fuzz if missing)"
+FUZZ_SECONDS=10 scripts/fuzz.sh --install
 echo "== VM scenarios (tests/vm/*.sh, real kernel in qemu)"
 scripts/vm-test.sh
 echo "== power-cut loop (tests/vm/powercut-loop.sh driven from the host: two boots per round)"
