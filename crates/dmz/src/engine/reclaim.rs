@@ -248,7 +248,11 @@ fn run_pass(inner: &Arc<Inner>, mode: Mode) -> Result<bool, EngineError> {
         if inner.bg.lock().stop || inner.check_failed().is_err() {
             return Ok(progress);
         }
-        let cands = {
+        // Whether no zone is free, read under the same lock as the candidates: nothing to
+        // reclaim proves exhaustion only then. A pass that starts after reclaim freed zones,
+        // before the waiting writers woke to take them, finds nothing to do either; calling
+        // that "exhausted" failed those writers with ENOSPC once others took the zones.
+        let (cands, none_free, pending) = {
             let st = inner.state.lock();
             let goal_met = match mode {
                 Mode::Urgent => st.waiters == 0 && progress,
@@ -259,23 +263,27 @@ fn run_pass(inner: &Arc<Inner>, mode: Mode) -> Result<bool, EngineError> {
             if goal_met {
                 return Ok(progress);
             }
-            candidates(
+            let cands = candidates(
                 &st,
                 inner.opts.reclaim.policy,
                 seq_available(inner, &st, mode),
+            );
+            (
+                cands,
+                st.zones.free_conv.is_empty(),
+                !st.zones.pending_free.is_empty(),
             )
         };
         if cands.is_empty() {
             // Zones freed by records not yet flushed become usable (as destinations) after
             // a flush: without it this pass would end "nothing to do" and a writer waiting
             // for a zone would get ENOSPC although the next pass could free one.
-            let pending = !inner.state.lock().zones.pending_free.is_empty();
             if pending && !flushed_for_pending {
                 flushed_for_pending = true;
                 commit::flush(inner, false)?;
                 continue;
             }
-            inner.state.lock().reclaim_exhausted = !pending;
+            inner.state.lock().reclaim_exhausted = !pending && none_free;
             return Ok(progress);
         }
         flushed_for_pending = false;
