@@ -5,7 +5,10 @@
 # answers from the daemon with counters that moved with the I/O; `recover` of a live device
 # and `delete` of an unknown id fail with a message; `delete` removes the device, ends the
 # daemon and cleans its socket and record. Uses the in-memory test target (mem:SIZE) unless
-# ZONEDD_VM_BACKEND names another.
+# ZONEDD_VM_BACKEND names another. Last, `create`'s refusals that need ublk (docs/bad-input.md),
+# each with its exit code and message: an unformatted backend, a missing backend path, a second
+# daemon on a backend already served (with or without --format; the first device stays live),
+# and a caller that is not root.
 # vm-timeout: 240
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
@@ -14,6 +17,17 @@ modprobe ublk_drv
 
 json() { # json EXPR  (reads JSON on stdin; EXPR is Python over `d`)
     python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"
+}
+
+# expect_error CODE WORDS CMD...: CMD exits with status CODE and its stderr contains WORDS.
+expect_error() {
+    local code=$1 words=$2 rc=0
+    shift 2
+    "$@" >"$VM_SCRATCH/out" 2>"$VM_SCRATCH/err" || rc=$?
+    [ "$rc" = "$code" ] || vm_fail "$*: exit $rc, expected $code: $(cat "$VM_SCRATCH/err")"
+    grep -qF -- "$words" "$VM_SCRATCH/err" ||
+        vm_fail "$*: stderr lacks '$words': $(cat "$VM_SCRATCH/err")"
+    echo "ok: exit $rc: $(head -n 1 "$VM_SCRATCH/err")"
 }
 
 vm_step "create"
@@ -87,4 +101,25 @@ done
 [ ! -e "$bdev" ] || vm_fail "$bdev still exists 10 s after SIGTERM"
 [ ! -e "/run/zonedd/$id.json" ] || vm_fail "record left after SIGTERM"
 echo "ok: SIGTERM removed the device"
+
+vm_step "create refuses bad backends (docs/bad-input.md)"
+img=$VM_SCRATCH/bad.img
+"$Z" emulate "$img" --size 64M --zone-size 1M --conventional 8 >/dev/null
+img=$(realpath "$img") # create names the backend by its canonical path
+expect_error 2 "$img: no valid dm-zoned superblock: not formatted? run \`zonedd format --backend $img\` first" \
+    "$Z" create --backend "$img"
+expect_error 2 "/nonexistent/x.img: No such file or directory" \
+    "$Z" create --backend /nonexistent/x.img
+"$Z" format --backend "$img" >/dev/null
+out=$("$Z" create --backend "$img")
+id=$(sed -n 's/^id //p' <<<"$out")
+[ -b "/dev/ublkb$id" ] || vm_fail "create on $img printed '$out'"
+expect_error 2 "$img is already used by ublk device $id (live)" "$Z" create --backend "$img"
+expect_error 2 "$img is already used by ublk device $id (live)" "$Z" create --backend "$img" --format
+"$Z" list | grep -E "^$id +/dev/ublkb$id +live " >/dev/null ||
+    vm_fail "device $id not live after the refused creates: $("$Z" list)"
+"$Z" delete "$id" >/dev/null
+expect_error 2 "zonedd create needs root (CAP_SYS_ADMIN)" \
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$Z" create --backend "$img"
+[ "$("$Z" list --json | json "len(d)")" = 0 ] || vm_fail "a device was left: $("$Z" list)"
 echo "ublk-cli: all checks passed"
