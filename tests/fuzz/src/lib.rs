@@ -578,24 +578,6 @@ fn geo_blocks(dev: &MemDevice) -> u64 {
     dev.geometry().zone_blocks()
 }
 
-/// A superblock taken as valid although it was found outside its set's zone.
-fn stray_superblock(dev: &MemDevice) -> bool {
-    sets::probe(dev).is_ok_and(|p| {
-        p.sets.iter().enumerate().any(|(i, s)| {
-            s.valid
-                .as_ref()
-                .is_some_and(|(_, l)| s.zone != Some(l.set_zone[i]))
-        })
-    })
-}
-
-/// `ZONEDD_FUZZ_TOLERATE_KNOWN=1`: let long runs go past the findings still open (never set
-/// by `cargo test` nor by scripts/fuzz.sh).
-fn tolerate_known() -> bool {
-    static T: OnceLock<bool> = OnceLock::new();
-    *T.get_or_init(|| std::env::var_os("ZONEDD_FUZZ_TOLERATE_KNOWN").is_some_and(|v| v == "1"))
-}
-
 /// Byte 0: base image; byte 1: which chunk/pattern the engine writes; then mutation ops.
 pub fn load(data: &[u8]) {
     let mut b = Bytes(data);
@@ -609,10 +591,6 @@ pub fn load(data: &[u8]) {
         exercise_engine(e, pick, false);
     }
 
-    if tolerate_known() && stray_superblock(&dev) {
-        // Known finding (regressions/load/stray-superblock-copy-accepted-as-set1).
-        return;
-    }
     let Ok(loaded) = sets::load(&dev) else {
         return;
     };
@@ -646,26 +624,12 @@ pub fn load(data: &[u8]) {
     // A loaded device can be checked, and its sets agree.
     let report = check(&dev, false).expect("check of a loaded device");
     for f in &report.errors {
-        if tolerate_known() && f.kind == FindingKind::SetMismatch {
-            // Known finding (regressions/load/load-keeps-differing-dev-uuid).
-            return;
-        }
         assert!(!set_level(f.kind), "after load: {f:?}");
     }
 
     // Repair fixes everything it says it can; a second check finds nothing more.
     let repaired = check(&dev, true).expect("repair of a loaded device");
     let after = check(&dev, false).expect("check after repair");
-    if tolerate_known()
-        && after
-            .errors
-            .iter()
-            .all(|f| f.kind == FindingKind::SetMismatch)
-    {
-        // Known finding (regressions/load/repair-map-tail-set-mismatch), skipped on request
-        // so that a long run can look for others.
-        return;
-    }
     assert!(
         after.errors.len() <= repaired.remaining(),
         "repair left {} errors, said {} remain: {:?}",
@@ -681,15 +645,6 @@ pub fn load(data: &[u8]) {
     let e = Engine::open(dev.clone(), engine_opts()).expect("engine open of a clean volume");
     exercise_engine(e, pick, true);
     let last = check(dev.as_ref(), false).expect("check after the engine closed");
-    if tolerate_known()
-        && last
-            .errors
-            .iter()
-            .all(|f| f.kind == FindingKind::UnmappedSeqNotEmpty)
-    {
-        // Known finding (regressions/load/engine-freed-zone-not-reset).
-        return;
-    }
     assert!(
         last.summary.clean,
         "not clean after close: {:?}",
