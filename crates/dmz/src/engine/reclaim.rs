@@ -50,6 +50,11 @@ pub struct ReclaimOptions {
     pub wait_timeout: Duration,
     /// Pause after each 1 MiB copied while user I/O is active and nobody waits for a zone.
     pub throttle: Duration,
+    /// Busy reclaim leaves alone a chunk whose zones were read or written this recently:
+    /// moving a hot chunk out of its conventional zone only makes its next overwrite need
+    /// a buffer zone and another reclaim (dm-zoned skips active zones for the same reason).
+    /// A writer waiting for a zone lifts this.
+    pub busy_min_idle: Duration,
 }
 
 impl Default for ReclaimOptions {
@@ -63,6 +68,7 @@ impl Default for ReclaimOptions {
             parallel: 1,
             wait_timeout: Duration::from_secs(60),
             throttle: Duration::from_micros(200),
+            busy_min_idle: Duration::from_secs(2),
         }
     }
 }
@@ -93,11 +99,24 @@ fn free_pct(st: &State) -> u64 {
         .unwrap_or(100)
 }
 
-/// Reclaimable chunks, best first for `policy`.
-fn candidates(st: &State, policy: VictimPolicy, allow_move: bool) -> Vec<Cand> {
+/// How long until every zone of chunk map `e` has been unused for `min_idle`.
+fn cools_in(st: &State, e: &MapEntry, min_idle: Duration) -> Duration {
+    [e.dzone, e.bzone]
+        .into_iter()
+        .filter(|&z| z != NONE)
+        .map(|z| min_idle.saturating_sub(st.zones.idle_for(z)))
+        .max()
+        .unwrap_or_default()
+}
+
+/// Reclaimable chunks, best first for `policy`, leaving out chunks used within `min_idle`.
+fn candidates(st: &State, policy: VictimPolicy, allow_move: bool, min_idle: Duration) -> Vec<Cand> {
     let mut out = Vec::new();
     for (chunk, e) in st.meta.map.iter().enumerate() {
         if e.dzone == NONE {
+            continue;
+        }
+        if !min_idle.is_zero() && !cools_in(st, e, min_idle).is_zero() {
             continue;
         }
         let d = &st.zones.z[e.dzone as usize];
@@ -155,20 +174,30 @@ fn evaluate(inner: &Inner, st: &State, busy: &mut bool) -> (Option<Mode>, Option
     } else if pct > inner.opts.reclaim.high_free_pct {
         *busy = false;
     }
-    let any = !candidates(
+    let policy = inner.opts.reclaim.policy;
+    let all = candidates(
         st,
-        inner.opts.reclaim.policy,
+        policy,
         seq_available(inner, st, Mode::Idle),
-    )
-    .is_empty();
-    if !any {
+        Duration::ZERO,
+    );
+    if all.is_empty() {
         return (None, None);
     }
+    let now = Instant::now();
+    let mut due = st.last_io + inner.opts.reclaim.idle_period;
     if *busy {
-        return (Some(Mode::Busy), None);
+        let min_idle = inner.opts.reclaim.busy_min_idle;
+        let allow_move = seq_available(inner, st, Mode::Busy);
+        if !candidates(st, policy, allow_move, min_idle).is_empty() {
+            return (Some(Mode::Busy), None);
+        }
+        // Every candidate is in use: look again when the first one has cooled down.
+        if let Some(t) = all.iter().map(|c| cools_in(st, &c.map, min_idle)).min() {
+            due = due.min(now + t.max(Duration::from_millis(100)));
+        }
     }
-    let due = st.last_io + inner.opts.reclaim.idle_period;
-    if Instant::now() >= due {
+    if now >= st.last_io + inner.opts.reclaim.idle_period {
         (Some(Mode::Idle), None)
     } else {
         (None, Some(due))
@@ -201,6 +230,8 @@ pub(super) fn reclaim_thread(inner: &Arc<Inner>) {
                 };
             } else if bg.reclaim_hint {
                 bg.reclaim_hint = false;
+                // Counts as running until the next look decides (see `wait_idle`).
+                bg.reclaim_running = true;
                 stuck = false;
                 continue;
             } else if let Some(m) = need.filter(|_| !stuck) {
@@ -263,10 +294,16 @@ fn run_pass(inner: &Arc<Inner>, mode: Mode) -> Result<bool, EngineError> {
             if goal_met {
                 return Ok(progress);
             }
+            let min_idle = if mode == Mode::Busy {
+                inner.opts.reclaim.busy_min_idle
+            } else {
+                Duration::ZERO
+            };
             let cands = candidates(
                 &st,
                 inner.opts.reclaim.policy,
                 seq_available(inner, &st, mode),
+                min_idle,
             );
             (
                 cands,
@@ -619,7 +656,7 @@ pub(super) fn wait_idle(inner: &Inner) {
     }
     let mut bg = inner.bg.lock();
     let target = bg.reclaim_kick;
-    while !bg.stop && (bg.reclaim_running || bg.reclaim_seen < target) {
+    while !bg.stop && (bg.reclaim_running || bg.reclaim_hint || bg.reclaim_seen < target) {
         inner.idle_cv.wait(&mut bg);
     }
 }

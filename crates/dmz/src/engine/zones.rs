@@ -2,6 +2,7 @@
 //! pools the allocator draws from.
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use zbd::{Zone, ZoneCondition};
 
@@ -34,6 +35,8 @@ pub(super) struct ZoneInfo {
     pub chunk: u32,
     /// Last access (logical clock), for the oldest-first policy.
     pub atime: u32,
+    /// Last access in wall time: tenths of a second since the table was built.
+    pub used_at: u32,
     /// Sequence number of the last log record that validated blocks here.
     pub last_seq: u64,
 }
@@ -49,6 +52,8 @@ pub(super) struct Zones {
     pub pending_free: Vec<(u32, u64)>,
     pub nr_conv_data_zones: u32,
     pub clock: u32,
+    /// Origin of `used_at`.
+    pub born: Instant,
 }
 
 impl Zones {
@@ -80,6 +85,7 @@ impl Zones {
                     weight: 0,
                     chunk: u32::MAX,
                     atime: 0,
+                    used_at: 0,
                     last_seq: 0,
                 }
             })
@@ -94,6 +100,7 @@ impl Zones {
             pending_free: Vec::new(),
             nr_conv_data_zones: 0,
             clock: 0,
+            born: Instant::now(),
         }
     }
 
@@ -127,7 +134,21 @@ impl Zones {
 
     pub fn touch(&mut self, zone: u32) {
         self.clock = self.clock.wrapping_add(1);
-        self.z[zone as usize].atime = self.clock;
+        let now = self.now_ds();
+        let zi = &mut self.z[zone as usize];
+        zi.atime = self.clock;
+        zi.used_at = now;
+    }
+
+    /// Now, in tenths of a second since the table was built.
+    fn now_ds(&self) -> u32 {
+        (self.born.elapsed().as_millis() / 100).min(u32::MAX as u128) as u32
+    }
+
+    /// How long ago `zone` was last read or written (to a tenth of a second).
+    pub fn idle_for(&self, zone: u32) -> Duration {
+        let ds = self.now_ds().saturating_sub(self.z[zone as usize].used_at);
+        Duration::from_millis(ds as u64 * 100)
     }
 
     fn take(&mut self, zone: u32, role: Role, chunk: u32) -> u32 {
