@@ -7,7 +7,6 @@ use crate::request::BLOCK;
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::io::UblkDev;
 use libublk::{sys, UblkError, UblkFlags};
-use parking_lot::Mutex;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -151,20 +150,26 @@ pub fn serve(
     let (id, dev_flags) = match opts.mode {
         Mode::Add { id } => (id, UblkFlags::UBLK_DEV_F_ADD_DEV),
         Mode::Recover { id } => {
-            prepare_recovery(id, capacity)?;
+            on_control_thread(|| prepare_recovery(id, capacity))?;
             (Some(id), UblkFlags::UBLK_DEV_F_RECOVER_DEV)
         }
     };
-    let ctrl = UblkCtrlBuilder::default()
-        .name(TARGET_NAME)
-        .id(id.map(|i| i as i32).unwrap_or(-1))
-        .nr_queues(opts.queues)
-        .depth(opts.depth)
-        .io_buf_bytes(IO_BUF_BYTES)
-        .ctrl_flags(CTRL_FLAGS)
-        .dev_flags(dev_flags)
-        .build()
-        .map_err(|e| build_error(id, e))?;
+    // Control commands after the start (kill on error, stop, delete, and the drop of
+    // `ctrl`) come from this thread: it needs a ring, which stays idle until then.
+    init_control_ring().map_err(|e| FrontendError::ublk("setting up the control ring", e))?;
+    let (queues, depth) = (opts.queues, opts.depth);
+    let ctrl = on_control_thread(move || {
+        UblkCtrlBuilder::default()
+            .name(TARGET_NAME)
+            .id(id.map(|i| i as i32).unwrap_or(-1))
+            .nr_queues(queues)
+            .depth(depth)
+            .io_buf_bytes(IO_BUF_BYTES)
+            .ctrl_flags(CTRL_FLAGS)
+            .dev_flags(dev_flags)
+            .build()
+            .map_err(|e| build_error(id, e))
+    })?;
     let dev_id = ctrl.dev_info().dev_id;
     let started = Started {
         id: dev_id,
@@ -172,30 +177,24 @@ pub fn serve(
     };
     tracing::info!("ublk device {dev_id} added ({:?})", opts.mode);
 
-    let depth = opts.depth;
     let target_json = opts.target_json;
     let tgt_fn = move |dev: &mut UblkDev| {
         set_params(dev, capacity, chunk, depth);
         dev.set_target_json(target_json);
         Ok(())
     };
-    let q_shared = shared.clone();
-    let q_fn = move |qid: u16, dev: &UblkDev| run_queue(qid, dev, q_shared.clone());
-    let start_error: Arc<Mutex<Option<String>>> = Arc::default();
-    let se = start_error.clone();
-    let s2 = started.clone();
-    let device_fn = move |ctrl: &UblkCtrl| {
-        let res = if wait_for_node(&s2.bdev) {
-            on_started(&s2)
+    let mut start_error = None;
+    let run = run_device(&ctrl, tgt_fn, shared.clone(), |ctrl| {
+        let res = if wait_for_node(&started.bdev) {
+            on_started(&started)
         } else {
-            Err(format!("{} did not appear", s2.bdev))
+            Err(format!("{} did not appear", started.bdev))
         };
         if let Err(e) = res {
-            *se.lock() = Some(e);
+            start_error = Some(e);
             let _ = ctrl.kill_dev();
         }
-    };
-    let run = ctrl.run_target(tgt_fn, q_fn, device_fn);
+    });
     drop(shared);
     tracing::info!("ublk device {dev_id}: queues are down");
     let stopped = on_stopped();
@@ -211,11 +210,99 @@ pub fn serve(
         );
     }
     run.map_err(|e| FrontendError::ublk("starting the ublk device", e))?;
-    if let Some(e) = start_error.lock().take() {
+    if let Some(e) = start_error {
         return Err(FrontendError::Other(e));
     }
     stopped.map_err(FrontendError::Other)?;
     Ok(started)
+}
+
+/// Run `f`, which sends ublk control commands, on a thread of its own that then exits.
+///
+/// The kernel always hands a ublk control command to an io_uring worker thread (it cannot
+/// be issued without blocking), and a task's last idle `iou-wrk` thread stays for the
+/// task's lifetime, waking every 5 s. Sent from the long-lived daemon thread, ADD_DEV and
+/// START_DEV left such a waker behind for good (measured in the VM: 5 wakeups per 25 s of
+/// an idle daemon); sent from a thread that exits, the worker goes with it.
+fn on_control_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("zonedd-ublkctl".into())
+            .spawn_scoped(s, move || {
+                // libublk keeps its control ring per thread: give this one its own.
+                let _ = init_control_ring();
+                f()
+            })
+            .expect("spawning the ublk control thread")
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
+/// Set up the calling thread's libublk control ring if it has none (what `UblkCtrl`'s
+/// constructors do on the thread that builds it).
+fn init_control_ring() -> Result<(), UblkError> {
+    libublk::ctrl::ublk_init_ctrl_task_ring(|ring| {
+        if ring.is_none() {
+            *ring = Some(
+                io_uring::IoUring::<io_uring::squeue::Entry128>::builder()
+                    .build(32)
+                    .map_err(UblkError::IOError)?,
+            );
+        }
+        Ok(())
+    })
+}
+
+/// libublk's `run_target`, with ADD_DEV's and START_DEV's control commands (and the queue
+/// affinity queries) sent from [`on_control_thread`]: queue threads are spawned and
+/// configured, the device started, `device_fn` run here, and the queue threads joined.
+fn run_device(
+    ctrl: &UblkCtrl,
+    tgt_fn: impl FnOnce(&mut UblkDev) -> Result<(), UblkError>,
+    shared: Arc<QueueShared>,
+    device_fn: impl FnOnce(&UblkCtrl),
+) -> Result<(), UblkError> {
+    let dev = Arc::new(UblkDev::new(ctrl.get_name(), tgt_fn, ctrl)?);
+    let nr_queues = dev.dev_info.nr_hw_queues;
+    let nr_threads = dev.io_threads_per_queue();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut handles = Vec::new();
+    for q in 0..nr_queues {
+        for t in 0..nr_threads {
+            let (dev, tx, shared) = (dev.clone(), tx.clone(), shared.clone());
+            handles.push(std::thread::spawn(move || {
+                let tid = UblkCtrl::init_queue_thread();
+                libublk::io::set_io_thread_idx(t);
+                if tx.send((q, tid)).is_ok() {
+                    run_queue(q, &dev, shared);
+                }
+            }));
+        }
+    }
+    drop(tx);
+    let d = dev.clone();
+    let started = on_control_thread(move || {
+        for _ in 0..nr_queues as u32 * nr_threads as u32 {
+            let Ok((q, tid)) = rx.recv() else { break };
+            ctrl.set_thread_affinity(q, tid);
+            ctrl.configure_queue(&d, q, tid)?;
+        }
+        ctrl.start_dev(&d)
+    });
+    if started.is_ok() {
+        device_fn(ctrl);
+    } else {
+        let _ = ctrl.kill_dev();
+    }
+    for h in handles {
+        if h.join().is_err() {
+            tracing::error!("a ublk queue thread panicked");
+        }
+    }
+    // The device may already be gone (deleted from elsewhere): ENOENT is normal here.
+    let _ = ctrl.stop_dev();
+    started.map(|_| ())
 }
 
 /// Checks and START_USER_RECOVERY for `recover`: the device must be QUIESCED (its daemon

@@ -174,8 +174,31 @@ thread_local! {
     static RING: RefCell<Option<Option<io_uring::IoUring>>> = const { RefCell::new(None) };
 }
 
+/// One plain pread/pwrite on the calling thread.
+fn rw_sync(fd: RawFd, ptr: *mut u8, len: usize, pos: u64, write: bool) -> std::io::Result<usize> {
+    // SAFETY: ptr/len describe a live buffer the caller owns for this call.
+    let n = unsafe {
+        if write {
+            libc::pwrite(fd, ptr as *const libc::c_void, len, pos as libc::off_t)
+        } else {
+            libc::pread(fd, ptr as *mut libc::c_void, len, pos as libc::off_t)
+        }
+    };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 /// One blocking read or write at `pos` through this thread's ring (or pread/pwrite).
 /// Returns the bytes transferred.
+///
+/// The request carries `RWF_NOWAIT`: when the block layer would block (no free tag, a busy
+/// zone write plug), io_uring completes it with EAGAIN instead of handing it to an io-wq
+/// worker thread, and we do it with pwrite/pread on this thread, which blocks anyway. Each
+/// thread that ever had a request punted keeps an idle `iou-wrk` thread that wakes every
+/// 5 s for good: measured in the VM, that was nearly all of an idle daemon's wakeups.
 fn rw_once(fd: RawFd, ptr: *mut u8, len: usize, pos: u64, write: bool) -> std::io::Result<usize> {
     RING.with(|cell| {
         let mut slot = cell.borrow_mut();
@@ -187,29 +210,19 @@ fn rw_once(fd: RawFd, ptr: *mut u8, len: usize, pos: u64, write: bool) -> std::i
             }
         });
         let Some(ring) = ring.as_mut() else {
-            // SAFETY: ptr/len describe a live buffer the caller owns for this call.
-            let n = unsafe {
-                if write {
-                    libc::pwrite(fd, ptr as *const libc::c_void, len, pos as libc::off_t)
-                } else {
-                    libc::pread(fd, ptr as *mut libc::c_void, len, pos as libc::off_t)
-                }
-            };
-            return if n < 0 {
-                Err(std::io::Error::last_os_error())
-            } else {
-                Ok(n as usize)
-            };
+            return rw_sync(fd, ptr, len, pos, write);
         };
         let len32 = len.min(u32::MAX as usize & !4095) as u32;
-        let fd = io_uring::types::Fd(fd);
+        let ufd = io_uring::types::Fd(fd);
         let sqe = if write {
-            io_uring::opcode::Write::new(fd, ptr as *const u8, len32)
+            io_uring::opcode::Write::new(ufd, ptr as *const u8, len32)
                 .offset(pos)
+                .rw_flags(libc::RWF_NOWAIT)
                 .build()
         } else {
-            io_uring::opcode::Read::new(fd, ptr, len32)
+            io_uring::opcode::Read::new(ufd, ptr, len32)
                 .offset(pos)
+                .rw_flags(libc::RWF_NOWAIT)
                 .build()
         };
         // SAFETY: the buffer stays valid until the completion is reaped below, before
@@ -227,10 +240,15 @@ fn rw_once(fd: RawFd, ptr: *mut u8, len: usize, pos: u64, write: bool) -> std::i
             .completion()
             .next()
             .ok_or_else(|| std::io::Error::other("io_uring: no completion"))?;
-        if cqe.result() < 0 {
-            Err(std::io::Error::from_raw_os_error(-cqe.result()))
+        let res = cqe.result();
+        if res == -libc::EAGAIN || res == -libc::EOPNOTSUPP {
+            // Would block, or the device takes no non-blocking I/O: nothing was transferred.
+            return rw_sync(fd, ptr, len, pos, write);
+        }
+        if res < 0 {
+            Err(std::io::Error::from_raw_os_error(-res))
         } else {
-            Ok(cqe.result() as usize)
+            Ok(res as usize)
         }
     })
 }

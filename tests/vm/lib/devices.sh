@@ -16,7 +16,7 @@
 #   wait_for_path PATH [SECONDS]                 wait until PATH exists (default 10 s)
 #   vm_step MESSAGE / vm_fail MESSAGE            progress line / failure (exit 1)
 
-vm_step() { printf '== %s\n' "$*" >&2; }
+vm_step() { printf '== [%s s] %s\n' "$(cut -d' ' -f1 /proc/uptime)" "$*" >&2; }
 vm_fail() {
     printf 'FAIL: %s\n' "$*" >&2
     exit 1

@@ -157,6 +157,8 @@ pub struct EngineStats {
     pub chunks_total: u64,
     pub chunks_mapped: u64,
     pub reclaim_state: String,
+    /// Metadata changed since the last commit (the commit thread has a timer armed).
+    pub metadata_dirty: bool,
     pub reclaim_progress_blocks: u64,
     pub reclaim_zones: u64,
     pub reclaim_blocks_copied: u64,
@@ -556,6 +558,7 @@ impl Engine {
             } else {
                 "idle".into()
             },
+            metadata_dirty: bg.dirty_since.is_some(),
             reclaim_progress_blocks: ld(&c.reclaim_progress),
             reclaim_zones: ld(&c.reclaim_zones),
             reclaim_blocks_copied: ld(&c.reclaim_blocks),

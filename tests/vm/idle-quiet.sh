@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# An idle, clean daemon sleeps: after writes, fsyncs and reads on /dev/ublkbN (null_blk zoned
+# backend, so the data path goes through io_uring), once reclaim is idle and the metadata is
+# committed, zonedd's threads make no context switch over a measurement window, and no
+# io_uring worker thread (`iou-wrk-*`) exists. The only wakeups allowed are libublk 0.4.8's
+# queue threads, which wait on their ring with a fixed 20 s timeout (UBLK_QUEUE_IDLE_SECS,
+# not configurable): at most one per queue per 20 s.
+# vm-timeout: 360
+set -euo pipefail
+source "$(dirname "$0")/lib/devices.sh"
+Z=$(zonedd_bin)
+modprobe ublk_drv
+
+window=${ZONEDD_IDLE_WINDOW:-25}
+dev=$(make_nullb nullb0 512 32 4)
+"$Z" format --backend "$dev" --force >/dev/null
+out=$("$Z" create --backend "$dev" --queues 2 --depth 32)
+bdev=$(sed -n 1p <<<"$out")
+id=$(sed -n 's/^id //p' <<<"$out")
+pid=$("$Z" list --json | python3 -c "import json,sys; print([d for d in json.load(sys.stdin) if d['id']==$id][0]['pid'])")
+echo "created $bdev (id $id, pid $pid) on $dev"
+cleanup() { "$Z" delete "$id" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+vm_step "work: sequential, random with fsync, reads"
+dd if=/dev/urandom of="$bdev" bs=1M count=32 oflag=direct status=none
+fio --name=w --filename="$bdev" --ioengine=psync --direct=1 --rw=randwrite --bs=4k \
+    --offset=64M --size=64M --io_size=8M --fsync=8 --eta=never --output=/dev/null
+fio --name=r --filename="$bdev" --ioengine=libaio --direct=1 --rw=randread --bs=4k \
+    --iodepth=16 --size=96M --io_size=16M --eta=never --output=/dev/null
+
+status() { "$Z" status "$id" --json; }
+# Reclaim idles 10 s after the last I/O and then frees the buffer zones; the commit timer
+# fires once after the last change. Wait until both are done (polling the daemon's status
+# over its socket: that wakes its control thread, so the window starts only afterwards).
+# Settled: no buffer zone and both conventional data zones free, so nothing is reclaimable.
+vm_step "wait until reclaim is idle and the metadata committed"
+for ((i = 0; ; i++)); do
+    s=$(status)
+    if jq -e '.engine | .reclaim_state == "idle" and (.metadata_dirty | not) and .zones_buffer == 0 and .zones_free_conventional == 2' \
+        <<<"$s" >/dev/null; then
+        break
+    fi
+    ((i < 120)) || vm_fail "daemon never settled: $(jq -c .engine <<<"$s")"
+    sleep 1
+done
+echo "settled after ~${i} s: $(jq -c '.engine | {reclaim_zones, commits, zones_free, zones_buffer}' <<<"$s")"
+
+ctxsw() { # tid comm switches, one line per thread of the daemon
+    local t
+    for t in /proc/"$pid"/task/*; do
+        printf '%s %s %s\n' "${t##*/}" "$(cat "$t/comm")" \
+            "$(awk '/ctxt_switches/ {n += $2} END {print n}' "$t/status")"
+    done
+}
+ctxsw >"$VM_SCRATCH/idle.0"
+vm_step "measure context switches over ${window} s"
+sleep "$window"
+ctxsw >"$VM_SCRATCH/idle.1"
+
+fail=0
+echo "thread deltas over ${window} s (tid comm switches):"
+while read -r tid comm n1; do
+    n0=$(awk -v t="$tid" '$1 == t {print $3}' "$VM_SCRATCH/idle.0")
+    d=$((n1 - ${n0:-0}))
+    echo "  $tid $comm $d"
+    case $comm in
+    iou-wrk-*)
+        echo "FAIL: io_uring worker thread $tid exists"
+        fail=1
+        ;;
+    zonedd)
+        # The main thread and libublk's unnamed queue threads: the queue threads' 20 s
+        # ring timeout is the one allowed wakeup.
+        if ((d > window / 20 + 1)); then
+            echo "FAIL: thread $tid woke $d times"
+            fail=1
+        fi
+        ;;
+    *)
+        if ((d != 0)); then
+            echo "FAIL: $comm ($tid) woke $d times while idle and clean"
+            fail=1
+        fi
+        ;;
+    esac
+done <"$VM_SCRATCH/idle.1"
+((fail == 0)) || vm_fail "the idle daemon is not quiet"
+jq -e '.engine.metadata_dirty | not' <<<"$(status)" >/dev/null || vm_fail "metadata dirty again"
+echo "idle-quiet: ok"
