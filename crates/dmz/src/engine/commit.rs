@@ -465,6 +465,7 @@ pub(super) fn load(dev: Arc<dyn ZonedDevice>, opts: EngineOptions) -> Result<Inn
             cur_first_seq: 0,
             cur_payload: Vec::new(),
             cur_nr: 0,
+            cur_written: 0,
             sealed: Vec::new(),
             next_seq: 0,
             epoch_start_seq: 0,

@@ -286,6 +286,8 @@ pub(super) struct LogBuf {
     pub cur_first_seq: u64,
     pub cur_payload: Vec<u8>,
     pub cur_nr: u32,
+    /// Records of the current block in the last image of it handed out for writing.
+    pub cur_written: u32,
     /// Sealed blocks waiting to be written: (absolute block, image).
     pub sealed: Vec<(u64, Box<[u8; BLOCK]>)>,
     pub next_seq: u64,
@@ -341,13 +343,20 @@ impl LogBuf {
         if (self.cur_nr == 0 && !force) || self.cur_idx >= self.cap {
             return;
         }
-        let h = self.header(self.cur_idx, self.cur_first_seq);
-        let img = encode_block(&h, &self.cur_payload, self.cur_nr);
-        self.sealed
-            .push((self.base[self.half()] + self.cur_idx, img));
+        // An image with every record of the block was already written (or is being written
+        // by the holder of `log_write`): it is final as it is. Writing it again only to
+        // refresh `flushed_seq` in its header cost every write+fsync a second log write;
+        // blocks that must carry a newer `flushed_seq` are forced.
+        if force || self.cur_written != self.cur_nr {
+            let h = self.header(self.cur_idx, self.cur_first_seq);
+            let img = encode_block(&h, &self.cur_payload, self.cur_nr);
+            self.sealed
+                .push((self.base[self.half()] + self.cur_idx, img));
+        }
         self.cur_idx += 1;
         self.cur_payload.clear();
         self.cur_nr = 0;
+        self.cur_written = 0;
         self.cur_first_seq = self.next_seq;
     }
 
@@ -376,6 +385,7 @@ impl LogBuf {
         let mut out = std::mem::take(&mut self.sealed);
         if self.cur_nr > 0 && self.cur_idx < self.cap {
             let h = self.header(self.cur_idx, self.cur_first_seq);
+            self.cur_written = self.cur_nr;
             out.push((
                 self.base[self.half()] + self.cur_idx,
                 encode_block(&h, &self.cur_payload, self.cur_nr),
@@ -391,6 +401,7 @@ impl LogBuf {
         self.cur_idx = 0;
         self.cur_payload.clear();
         self.cur_nr = 0;
+        self.cur_written = 0;
         self.cur_first_seq = self.next_seq;
         self.epoch_start_seq = self.next_seq;
     }
@@ -496,6 +507,7 @@ mod tests {
             cur_first_seq: 0,
             cur_payload: Vec::new(),
             cur_nr: 0,
+            cur_written: 0,
             sealed: Vec::new(),
             next_seq: 50,
             epoch_start_seq: 50,

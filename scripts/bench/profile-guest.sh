@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Guest side of scripts/profile-vm.sh: `perf record` (cpu-clock: TCG has no PMU, all CPUs,
+# call graphs) while fio runs one workload against zonedd's /dev/ublkbN on a null_blk zoned
+# device, then `perf report` summaries by thread and by symbol into OUT.
+#   profile-guest.sh --out DIR [--seconds N]
+set -euo pipefail
+out="" secs=15
+while [ $# -gt 0 ]; do
+    case $1 in
+    --out) out=$2 && shift ;;
+    --seconds) secs=$2 && shift ;;
+    *) echo "unknown argument $1" >&2 && exit 2 ;;
+    esac
+    shift
+done
+[ -n "$out" ] || { echo "--out DIR is required" >&2 && exit 2; }
+source "$(dirname "$0")/../../tests/vm/lib/devices.sh"
+Z=$(zonedd_bin)
+modprobe ublk_drv
+command -v perf >/dev/null || vm_fail "perf is not installed (apt install linux-perf)"
+
+profile() { # profile NAME FIO-ARGS...
+    local name=$1 dev id bdev res
+    shift
+    dev=$(make_nullb nullb0 1536 64 6)
+    "$Z" format --backend "$dev" --force --reserved-seq 2 >/dev/null 2>&1
+    res=$("$Z" create --backend "$dev" --queues 2 --depth 64)
+    bdev=$(sed -n 1p <<<"$res")
+    id=$(sed -n 's/^id //p' <<<"$res")
+    vm_step "$name: perf record while fio runs ${secs} s on $bdev"
+    perf record -q -e cpu-clock -F 999 -a -g -o "$VM_SCRATCH/$name.data" -- \
+        fio --name="$name" --filename="$bdev" --direct=1 --runtime="$secs" --time_based \
+        --eta=never --output-format=json --output="$out/$name.fio.json" "$@" >/dev/null 2>&1
+    "$Z" status "$id" --json >"$out/$name.status.json"
+    "$Z" delete "$id" >/dev/null
+    remove_nullb "$dev"
+    perf report -q -i "$VM_SCRATCH/$name.data" --stdio --no-children --sort comm \
+        >"$out/$name.by-thread.txt" 2>/dev/null || true
+    perf report -q -i "$VM_SCRATCH/$name.data" --stdio --no-children -g none \
+        --sort comm,dso,sym --percent-limit 0.5 >"$out/$name.by-symbol.txt" 2>/dev/null || true
+    echo "$name: $(head -c 300 "$out/$name.by-thread.txt" | tr -s ' \n' ' ')"
+}
+
+profile seqwrite --rw=write --bs=1M --iodepth=8 --ioengine=libaio --size=1024M
+profile fsync --rw=write --bs=4k --iodepth=1 --ioengine=psync --fsync=1 --offset=1024M --size=64M
+# Reads of never-written chunks: no device I/O, so this is the ublk + pool path alone.
+profile randread --rw=randread --bs=4k --iodepth=16 --ioengine=libaio --size=1024M
+echo "profile: done"
