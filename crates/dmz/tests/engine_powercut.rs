@@ -144,6 +144,11 @@ fn verify(e: &Engine, ops: &[Op], done: usize, blocks: u64, what: &str) {
 fn power_cut_at_every_write() {
     let release = !cfg!(debug_assertions);
     let seeds: u64 = if release { 20 } else { 1 };
+    // DMZ_POWERCUT_FIRST_SEED: explore other workloads (a long run before a release).
+    let first: u64 = std::env::var("DMZ_POWERCUT_FIRST_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let nops = if release { 70 } else { 40 };
     // 24 zones of 256 KiB (64 blocks), 8 conventional: 20 chunks, reclaim needed.
     let template = MemDevice::with_zones(256 * 1024, 24, 8).unwrap();
@@ -151,7 +156,7 @@ fn power_cut_at_every_write() {
     let mut points = 0u64;
     let mut slow = std::time::Duration::ZERO;
     let start = std::time::Instant::now();
-    for seed in 0..seeds {
+    for seed in first..first + seeds {
         // Dry run: how many device writes the workload makes.
         let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
         let e = Engine::open(dev.clone(), opts()).unwrap();

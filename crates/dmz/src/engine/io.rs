@@ -144,7 +144,77 @@ enum Step {
     Retry,
 }
 
-fn write_chunk(inner: &Inner, chunk: u32, mut b: u32, mut data: &[u8]) -> Result<u64, EngineError> {
+/// How far past a chunk's start (in blocks: 8 MiB) a first write may land and still be
+/// treated as the early piece of a sequential stream.
+const STREAM_WINDOW: u32 = 2048;
+
+/// Most blocks one catch-up step copies (1 MiB).
+const CATCH_UP_MAX: u32 = 256;
+
+/// A sequential stream whose pieces arrived out of order has the early ones in the buffer
+/// zone, just past the data zone's write pointer: once the stream reaches them, copy the
+/// buffer's contiguous valid blocks at the write pointer into the data zone, as writes
+/// that invalidate the buffer's copies. The buffer empties and is freed, and the stream's
+/// next piece lands at the write pointer again: the early pieces are copied once, instead
+/// of the whole chunk being merged by reclaim. Returns the last record's sequence number.
+fn catch_up(inner: &Inner, chunk: u32) -> Result<u64, EngineError> {
+    let mut last = 0;
+    let mut buf = Vec::new();
+    // At most 4 MiB per write: what is left is caught up after the next one (or reclaimed).
+    for _ in 0..4 {
+        let _g = inner.chunk_lock(chunk).write();
+        let (wp, run, bz) = {
+            let mut st = inner.state.lock();
+            let e = st.meta.map[chunk as usize];
+            if e.dzone == NONE || e.bzone == NONE {
+                return Ok(last);
+            }
+            let d = st.zones.z[e.dzone as usize];
+            if !d.seq
+                || d.wp >= inner.zone_blocks
+                || st.zones.is_retired(e.dzone)
+                || st.zones.is_retired(e.bzone)
+            {
+                return Ok(last);
+            }
+            let n = CATCH_UP_MAX.min(inner.zone_blocks - d.wp);
+            let mut v = Vec::with_capacity(n as usize);
+            st.meta.bits(&*inner.dev, e.bzone, d.wp, n, &mut v)?;
+            let run = v.iter().take_while(|&&x| x).count() as u32;
+            if run == 0 {
+                return Ok(last);
+            }
+            (d.wp, run, e.bzone)
+        };
+        buf.resize(run as usize * BLOCK, 0);
+        if let Err(e) = inner.dev.read_at(&mut buf, inner.zone_offset(bz, wp)) {
+            inner.recheck_zone(bz);
+            return Err(e.into());
+        }
+        match write_step(inner, chunk, wp, &buf)? {
+            Step::Done(_, seq) => last = seq,
+            // Anything else (a zone lost meanwhile): leave the blocks to reclaim.
+            _ => return Ok(last),
+        }
+        inner
+            .stats
+            .catch_up_blocks
+            .fetch_add(run as u64, Ordering::Relaxed);
+    }
+    Ok(last)
+}
+
+fn write_chunk(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<u64, EngineError> {
+    let last = write_pieces(inner, chunk, b, data)?;
+    Ok(last.max(catch_up(inner, chunk)?))
+}
+
+fn write_pieces(
+    inner: &Inner,
+    chunk: u32,
+    mut b: u32,
+    mut data: &[u8],
+) -> Result<u64, EngineError> {
     let mut last = 0;
     let deadline = Instant::now() + inner.opts.reclaim.wait_timeout;
     while !data.is_empty() {
@@ -158,7 +228,14 @@ fn write_chunk(inner: &Inner, chunk: u32, mut b: u32, mut data: &[u8]) -> Result
                 b += n;
                 data = &data[n as usize * BLOCK..];
             }
-            Step::NeedZone { conv_only } => wait_free(inner, conv_only, deadline)?,
+            Step::NeedZone { conv_only } => {
+                if let Err(e) = wait_free(inner, conv_only, deadline) {
+                    // An early stream piece may have mapped an empty sequential zone.
+                    let _g = inner.chunk_lock(chunk).write();
+                    put_chunk(inner, &mut inner.state.lock(), chunk)?;
+                    return Err(e);
+                }
+            }
             Step::NeedEvidence => commit::flush(inner, true)?,
             Step::Retry => {}
         }
@@ -206,10 +283,20 @@ fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, En
     let mut bz = e.bzone;
     if dz == NONE {
         // Keep one active-zone slot for reclaim destinations.
-        let direct = b == 0
-            && inner.opts.direct_sequential
-            && st.zones.can_open(inner.geo.max_active_zones, 1);
-        let z = if direct {
+        let seq_ok =
+            inner.opts.direct_sequential && st.zones.can_open(inner.geo.max_active_zones, 1);
+        let direct = b == 0 && seq_ok;
+        // A write a little past the start most likely belongs to a stream whose first
+        // pieces are still on their way (another ublk queue, the pool): map a sequential
+        // zone anyway and put this piece in a buffer zone until the stream reaches it
+        // (`catch_up`), rather than putting the whole chunk in a conventional zone that
+        // reclaim must copy out again.
+        let early = b != 0
+            && b < STREAM_WINDOW.min(zb)
+            && seq_ok
+            && !st.zones.free_conv.is_empty()
+            && !st.zones.free_seq.is_empty();
+        let z = if direct || early {
             st.zones
                 .alloc_seq(Role::Data, chunk)
                 .or_else(|| st.zones.alloc_conv(Role::Data, chunk))
@@ -240,6 +327,9 @@ fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, En
     }
     let dzi = st.zones.z[dz as usize];
     if st.zones.is_retired(dz) {
+        if drop_empty_zone(inner, &mut st, chunk, dz)? {
+            return Ok(Step::Retry);
+        }
         return Err(retired_error(dzi.role, chunk, dz));
     }
     let (target, other, cnt) = if !dzi.seq {
@@ -301,6 +391,16 @@ fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, En
     if st.zones.z[target as usize].seq {
         st.zones.z[target as usize].wp = b + cnt;
     }
+    if other != NONE && empties(inner, &mut st, other, b, cnt)? {
+        // This write replaces the last valid blocks of `other`, which `put_chunk` then
+        // drops from the chunk. Replay skips a write whose blocks did not land but applies
+        // the records after it: had the drop reached the log and the data not the disk,
+        // the chunk would lose the durable old version along with the new one. So the
+        // data is made durable first, as reclaim does with its copies.
+        drop(st);
+        inner.dev.flush().map_err(EngineError::from)?;
+        st = inner.state.lock();
+    }
     let seq = log_op(
         inner,
         &mut st,
@@ -313,6 +413,23 @@ fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, En
     )?;
     let seq = put_chunk(inner, &mut st, chunk)?.unwrap_or(seq);
     Ok(Step::Done(cnt, seq))
+}
+
+/// Whether blocks `[b, b + n)` hold every valid block of `zone`.
+fn empties(
+    inner: &Inner,
+    st: &mut MutexGuard<'_, State>,
+    zone: u32,
+    b: u32,
+    n: u32,
+) -> Result<bool, EngineError> {
+    let w = st.zones.z[zone as usize].weight;
+    if w == 0 || w > n {
+        return Ok(false);
+    }
+    let mut v = Vec::with_capacity(n as usize);
+    st.meta.bits(&*inner.dev, zone, b, n, &mut v)?;
+    Ok(v.iter().filter(|&&x| x).count() as u32 == w)
 }
 
 /// A retired zone the chunk holds nothing valid in (it was just taken) leaves the chunk, so
@@ -331,6 +448,10 @@ fn drop_empty_zone(
         (e.dzone, NONE)
     } else if zone == e.dzone && e.bzone == NONE {
         (NONE, NONE)
+    } else if zone == e.dzone && !st.zones.is_retired(e.bzone) {
+        // Everything the chunk holds is in its (conventional) buffer zone, at the chunk's
+        // offsets (an early stream piece): the buffer becomes the data zone as it is.
+        (e.bzone, NONE)
     } else {
         return Ok(false);
     };
@@ -344,6 +465,9 @@ fn drop_empty_zone(
         }],
     )?;
     st.zones.z[zone as usize].chunk = u32::MAX;
+    if dzone != NONE && dzone == e.bzone {
+        st.zones.z[dzone as usize].role = Role::Data;
+    }
     Ok(true)
 }
 

@@ -162,6 +162,9 @@ pub struct EngineStats {
     pub reclaim_progress_blocks: u64,
     pub reclaim_zones: u64,
     pub reclaim_blocks_copied: u64,
+    /// Blocks of out-of-order sequential streams copied from the buffer zone to the data
+    /// zone once the stream reached them (see `io::catch_up`).
+    pub catch_up_blocks: u64,
     pub reads: u64,
     pub read_bytes: u64,
     pub writes: u64,
@@ -190,6 +193,7 @@ struct Counters {
     dev_bytes: AtomicU64,
     reclaim_zones: AtomicU64,
     reclaim_blocks: AtomicU64,
+    catch_up_blocks: AtomicU64,
     reclaim_progress: AtomicU64,
 }
 
@@ -562,6 +566,7 @@ impl Engine {
             reclaim_progress_blocks: ld(&c.reclaim_progress),
             reclaim_zones: ld(&c.reclaim_zones),
             reclaim_blocks_copied: ld(&c.reclaim_blocks),
+            catch_up_blocks: ld(&c.catch_up_blocks),
             reads: ld(&c.reads),
             read_bytes: ld(&c.read_bytes),
             writes: ld(&c.writes),
