@@ -5,10 +5,11 @@
 # answers from the daemon with counters that moved with the I/O; `recover` of a live device
 # and `delete` of an unknown id fail with a message; `delete` removes the device, ends the
 # daemon and cleans its socket and record. Uses the in-memory test target (mem:SIZE) unless
-# ZONEDD_VM_BACKEND names another. Last, `create`'s refusals that need ublk (docs/bad-input.md),
-# each with its exit code and message: an unformatted backend, a missing backend path, a second
-# daemon on a backend already served (with or without --format; the first device stays live),
-# and a caller that is not root.
+# ZONEDD_VM_BACKEND names another. `recover` of a device that does not exist fails with exit 2.
+# Last, `create`'s refusals that need ublk (docs/bad-input.md), each with its exit code and
+# message: an unformatted backend, a missing backend path, a plain file (left untouched), a
+# second daemon on a backend already served (with or without --format; the first device stays
+# live), and a caller that is not root.
 # vm-timeout: 240
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
@@ -76,6 +77,7 @@ if "$Z" recover "$id" 2>"$VM_SCRATCH/err"; then vm_fail "recover of a live devic
 grep -q "not quiesced" "$VM_SCRATCH/err" || vm_fail "recover message: $(cat "$VM_SCRATCH/err")"
 if "$Z" delete 999 2>"$VM_SCRATCH/err"; then vm_fail "delete of an unknown id succeeded"; fi
 grep -q "no ublk device 999" "$VM_SCRATCH/err" || vm_fail "delete message: $(cat "$VM_SCRATCH/err")"
+expect_error 2 "zonedd: no ublk device 4242" "$Z" recover 4242
 echo "ok: error messages"
 
 vm_step "delete"
@@ -110,6 +112,12 @@ expect_error 2 "$img: no valid dm-zoned superblock: not formatted? run \`zonedd 
     "$Z" create --backend "$img"
 expect_error 2 "/nonexistent/x.img: No such file or directory" \
     "$Z" create --backend /nonexistent/x.img
+plain=$VM_SCRATCH/plain.txt
+printf hello >"$plain"
+plain=$(realpath "$plain")
+expect_error 2 "$plain is a regular file without the zonedd image header; create an emulated SMR disk with \`zonedd emulate $plain --size SIZE\`" \
+    "$Z" create --backend "$plain"
+[ "$(cat "$plain")" = hello ] || vm_fail "create changed the plain file $plain"
 "$Z" format --backend "$img" >/dev/null
 out=$("$Z" create --backend "$img")
 id=$(sed -n 's/^id //p' <<<"$out")

@@ -3,8 +3,10 @@
 # daemon is killed with SIGKILL; the device must stay (QUIESCED) with the job's I/O waiting,
 # `zonedd recover ID` re-attaches a new daemon to the same /dev/ublkbN, and the job must
 # finish and verify every block it wrote. Repeated at several moments into the job, then
-# a written pattern must survive kill + recover. Backend: the engine on an emulated image
-# (or $ZONEDD_VM_RECOVER_BACKEND).
+# a written pattern must survive kill + recover. While the device is quiesced, a plain
+# `create` on its backend (also with --format) is refused with exit 2 and the hint to run
+# `zonedd recover ID` (docs/bad-input.md), and the pattern is still intact after recovery.
+# Backend: the engine on an emulated image (or $ZONEDD_VM_RECOVER_BACKEND).
 # vm-timeout: 360
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
@@ -21,6 +23,18 @@ wait_state() { # wait_state ID STATE
         sleep 0.1
     done
     vm_fail "device $1 did not become $2 (is $(field "$1" state))"
+}
+
+# expect_error CODE WORDS CMD...: CMD exits with status CODE and its stderr contains WORDS
+# (as in ublk-cli.sh).
+expect_error() {
+    local code=$1 words=$2 rc=0
+    shift 2
+    "$@" >"$VM_SCRATCH/out" 2>"$VM_SCRATCH/err" || rc=$?
+    [ "$rc" = "$code" ] || vm_fail "$*: exit $rc, expected $code: $(cat "$VM_SCRATCH/err")"
+    grep -qF -- "$words" "$VM_SCRATCH/err" ||
+        vm_fail "$*: stderr lacks '$words': $(cat "$VM_SCRATCH/err")"
+    echo "ok: exit $rc: $(head -n 1 "$VM_SCRATCH/err")"
 }
 
 # Default: the engine on an emulated SMR image (16 MiB zones, 8 conventional).
@@ -42,6 +56,11 @@ file:)
     truncate -s 512M "$img"
     backend=file:$img
     ;;
+esac
+case $backend in # create names the backend by its canonical path
+mem:*) canon=$backend ;;
+file:*) canon=file:$(realpath "${backend#file:}") ;;
+*) canon=$(realpath "$backend") ;;
 esac
 
 out=$(RUST_LOG=${RUST_LOG:-info} "$Z" create --backend "$backend" --queues 2 --depth 32)
@@ -85,8 +104,10 @@ head -c $((4 << 20)) /dev/urandom >"$VM_SCRATCH/pattern"
 dd if="$VM_SCRATCH/pattern" of="$bdev" bs=1M seek=100 oflag=direct conv=fsync status=none
 kill -9 "$(field "$id" pid)"
 wait_state "$id" quiesced
-if "$Z" create --backend "$backend" 2>"$VM_SCRATCH/err"; then vm_fail "create on a backend in use succeeded"; fi
-grep -q "zonedd recover $id" "$VM_SCRATCH/err" || vm_fail "create message: $(cat "$VM_SCRATCH/err")"
+quiesced="zonedd: $canon is already used by ublk device $id (quiesced): its daemon died, run \`zonedd recover $id\`"
+expect_error 2 "$quiesced" "$Z" create --backend "$backend"
+expect_error 2 "$quiesced" "$Z" create --backend "$backend" --format
+[ "$(field "$id" state)" = quiesced ] || vm_fail "device $id is $(field "$id" state) after the refused creates"
 out=$("$Z" create --backend "$backend" --recover-if-present)
 [ "$(sed -n 1p <<<"$out")" = "$bdev" ] || vm_fail "--recover-if-present gave '$out', not $bdev"
 dd if="$bdev" of="$VM_SCRATCH/back" bs=1M skip=100 count=4 iflag=direct status=none
