@@ -2,7 +2,8 @@
 //! hot chunks where they are: moving a chunk that is being overwritten out of its
 //! conventional zone makes each later overwrite need a buffer zone and another reclaim
 //! (measured in the VM: 981 zones reclaimed for 8 MiB of random writes over two chunks).
-//! A writer that needs a zone still gets one at once.
+//! A writer that needs a zone still gets one at once, and once writers have had to wait,
+//! busy reclaim works ahead of them again whatever the victims' age.
 
 mod engine_util;
 
@@ -54,6 +55,16 @@ fn busy_reclaim_leaves_recently_used_chunks_in_place() {
     assert!(
         s.reclaim_zones >= 1,
         "the waiting writer got no zone: {s:?}"
+    );
+    check_blocks(&e, cs);
+
+    // A writer just had to wait: busy reclaim now works ahead of the next ones, hot chunks
+    // or not, until more than half of the conventional zones are free again.
+    e.wait_reclaim_idle();
+    let s = e.stats();
+    assert!(
+        s.zones_free_conventional >= 3,
+        "busy reclaim did not work ahead: {s:?}"
     );
     check_blocks(&e, cs);
     e.close().unwrap();

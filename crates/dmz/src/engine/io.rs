@@ -572,6 +572,7 @@ fn wait_free(inner: &Inner, conv_only: bool, deadline: Instant) -> Result<(), En
         }
         pass0.get_or_insert(p);
         st.waiters += 1;
+        st.last_wait = Some(Instant::now());
         MutexGuard::unlocked(&mut st, || inner.kick_reclaim());
         // Reclaim bumps `reclaim_passes` under this lock before it signals: re-checking it
         // here means a signal cannot be missed. The 1 s cap only bounds noticing a failure.

@@ -50,10 +50,11 @@ pub struct ReclaimOptions {
     pub wait_timeout: Duration,
     /// Pause after each 1 MiB copied while user I/O is active and nobody waits for a zone.
     pub throttle: Duration,
-    /// Busy reclaim leaves alone a chunk whose zones were read or written this recently:
-    /// moving a hot chunk out of its conventional zone only makes its next overwrite need
-    /// a buffer zone and another reclaim (dm-zoned skips active zones for the same reason).
-    /// A writer waiting for a zone lifts this.
+    /// Busy reclaim leaves alone a chunk whose zones were read or written this recently,
+    /// unless a writer had to wait for a zone within `idle_period`: moving a hot chunk out
+    /// of its conventional zone only makes its next overwrite need a buffer zone and
+    /// another reclaim (dm-zoned skips active zones for the same reason), but when writers
+    /// keep running out of zones, reclaiming ahead of them is worth it whatever the victim.
     pub busy_min_idle: Duration,
 }
 
@@ -97,6 +98,19 @@ fn free_pct(st: &State) -> u64 {
     (st.zones.free_conv.len() as u64 * 100)
         .checked_div(st.zones.nr_conv_data_zones as u64)
         .unwrap_or(100)
+}
+
+/// How long a chunk must have been unused to be a busy-mode victim: `busy_min_idle`, or
+/// nothing while writers have been waiting for zones lately (see `ReclaimOptions`).
+fn busy_min_idle(inner: &Inner, st: &State) -> Duration {
+    let demand = st
+        .last_wait
+        .is_some_and(|t| t.elapsed() < inner.opts.reclaim.idle_period);
+    if demand {
+        Duration::ZERO
+    } else {
+        inner.opts.reclaim.busy_min_idle
+    }
 }
 
 /// How long until every zone of chunk map `e` has been unused for `min_idle`.
@@ -187,7 +201,7 @@ fn evaluate(inner: &Inner, st: &State, busy: &mut bool) -> (Option<Mode>, Option
     let now = Instant::now();
     let mut due = st.last_io + inner.opts.reclaim.idle_period;
     if *busy {
-        let min_idle = inner.opts.reclaim.busy_min_idle;
+        let min_idle = busy_min_idle(inner, st);
         let allow_move = seq_available(inner, st, Mode::Busy);
         if !candidates(st, policy, allow_move, min_idle).is_empty() {
             return (Some(Mode::Busy), None);
@@ -295,7 +309,7 @@ fn run_pass(inner: &Arc<Inner>, mode: Mode) -> Result<bool, EngineError> {
                 return Ok(progress);
             }
             let min_idle = if mode == Mode::Busy {
-                inner.opts.reclaim.busy_min_idle
+                busy_min_idle(inner, &st)
             } else {
                 Duration::ZERO
             };
