@@ -52,7 +52,7 @@ engine)
     "$Z" format --backend "$img" --force >/dev/null
     backend=$img
     ;;
-file:)
+file)
     truncate -s 512M "$img"
     backend=file:$img
     ;;
