@@ -4,13 +4,20 @@
 # 1 MiB sequential writes QD8, and 4 KiB writes with fsync QD1) and leaves the perf
 # summaries (by thread, by symbol), fio JSON and zonedd status in
 # target/bench-vm/profile-<UTC stamp>/. Needs the host's `perf` (Debian: linux-perf).
-#   scripts/profile-vm.sh [--seconds N]
+#   scripts/profile-vm.sh [--seconds N] [--only seqwrite|fsync|randread|randwrite]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd -P)
 # shellcheck source=scripts/vm/lib.sh
 source "$ROOT/scripts/vm/lib.sh"
-secs=15
-[ "${1:-}" != --seconds ] || secs=$2
+secs=15 only=""
+while [ $# -gt 0 ]; do
+    case $1 in
+    --seconds) secs=$2 && shift ;;
+    --only) only=$2 && shift ;;
+    *) vm_die "unknown argument $1" ;;
+    esac
+    shift
+done
 command -v perf >/dev/null || vm_die "perf not found: apt install linux-perf"
 vm_prepare
 (cd "$ROOT" && cargo build --release -p zonedd) || vm_die "building zonedd failed"
@@ -21,7 +28,7 @@ scenario=$out/profile.sh
 cat >"$scenario" <<EOS
 #!/usr/bin/env bash
 export ZONEDD=$(vm_shq "$out/zonedd")
-exec bash $(vm_shq "$ROOT/scripts/bench/profile-guest.sh") --out $(vm_shq "$out") --seconds $secs
+exec bash $(vm_shq "$ROOT/scripts/bench/profile-guest.sh") --out $(vm_shq "$out") --seconds $secs ${only:+--only $(vm_shq "$only")}
 EOS
 vm_run profile-vm "$scenario" 600 "${VM_MEMORY:-5G}"
 cp "$VM_CACHE/runs/profile-vm/console.log" "$out/console.log" 2>/dev/null || true

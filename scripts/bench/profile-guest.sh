@@ -2,13 +2,15 @@
 # Guest side of scripts/profile-vm.sh: `perf record` (cpu-clock: TCG has no PMU, all CPUs,
 # call graphs) while fio runs one workload against zonedd's /dev/ublkbN on a null_blk zoned
 # device, then `perf report` summaries by thread and by symbol into OUT.
-#   profile-guest.sh --out DIR [--seconds N]
+#   profile-guest.sh --out DIR [--seconds N] [--only NAME]
 set -euo pipefail
-out="" secs=15
+out="" secs=15 only=""
+
 while [ $# -gt 0 ]; do
     case $1 in
     --out) out=$2 && shift ;;
     --seconds) secs=$2 && shift ;;
+    --only) only=$2 && shift ;;
     *) echo "unknown argument $1" >&2 && exit 2 ;;
     esac
     shift
@@ -19,14 +21,21 @@ Z=$(zonedd_bin)
 modprobe ublk_drv
 command -v perf >/dev/null || vm_fail "perf is not installed (apt install linux-perf)"
 
-profile() { # profile NAME FIO-ARGS...
-    local name=$1 dev id bdev res
+profile() { # profile NAME [--prefill] FIO-ARGS...
+    local name=$1 dev id bdev res prefill=0
     shift
+    [ "$1" != --prefill ] || { prefill=1 && shift; }
+    [ -z "$only" ] || [ "$only" = "$name" ] || return 0
     dev=$(make_nullb nullb0 1536 64 6)
     "$Z" format --backend "$dev" --force --reserved-seq 2 >/dev/null 2>&1
     res=$("$Z" create --backend "$dev" --queues 2 --depth 64)
     bdev=$(sed -n 1p <<<"$res")
     id=$(sed -n 's/^id //p' <<<"$res")
+    if [ "$prefill" = 1 ]; then
+        # Every chunk of the span in a sequential zone first, as in bench-vm's randwrite.
+        fio --name=fill --filename="$bdev" --direct=1 --rw=write --bs=1M --iodepth=8 \
+            --ioengine=libaio --size=1024M --eta=never --output=/dev/null
+    fi
     vm_step "$name: perf record while fio runs ${secs} s on $bdev"
     perf record -q -e cpu-clock -F 999 -a -g -o "$VM_SCRATCH/$name.data" -- \
         fio --name="$name" --filename="$bdev" --direct=1 --runtime="$secs" --time_based \
@@ -45,4 +54,6 @@ profile seqwrite --rw=write --bs=1M --iodepth=8 --ioengine=libaio --size=1024M
 profile fsync --rw=write --bs=4k --iodepth=1 --ioengine=psync --fsync=1 --offset=1024M --size=64M
 # Reads of never-written chunks: no device I/O, so this is the ublk + pool path alone.
 profile randread --rw=randread --bs=4k --iodepth=16 --ioengine=libaio --size=1024M
+# Sustained random overwrites of 16 full chunks with 4 buffer zones: reclaim-bound.
+profile randwrite --prefill --rw=randwrite --bs=4k --iodepth=16 --ioengine=libaio --size=1024M
 echo "profile: done"
