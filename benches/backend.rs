@@ -21,17 +21,8 @@ use zbd::{EmulateOptions, Emulated, ZonedDevice};
 const IO: usize = 1 << 20;
 const ZONE: u64 = 256 << 20;
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// MiB/s of `bytes` in `secs`.
-fn rate(bytes: u64, secs: f64) -> f64 {
-    bytes as f64 / (1 << 20) as f64 / secs
-}
+mod common;
+use common::{env_u64, rate};
 
 struct Plain(File);
 

@@ -26,16 +26,8 @@ use zbd::{EmulateOptions, Emulated, MemDevice, ZoneOp, ZonedDevice};
 const MIB: u64 = 1 << 20;
 const BS: u64 = 4096;
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn rate(bytes: u64, secs: f64) -> f64 {
-    bytes as f64 / MIB as f64 / secs
-}
+mod common;
+use common::{env_u64, rate};
 
 /// xorshift64*: enough randomness for offsets, no dependency.
 struct Rng(u64);

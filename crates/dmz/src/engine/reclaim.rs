@@ -199,7 +199,8 @@ fn evaluate(inner: &Inner, st: &State, busy: &mut bool) -> (Option<Mode>, Option
         return (None, None);
     }
     let now = Instant::now();
-    let mut due = st.last_io + inner.opts.reclaim.idle_period;
+    let idle_due = st.last_io + inner.opts.reclaim.idle_period;
+    let mut due = idle_due;
     if *busy {
         let min_idle = busy_min_idle(inner, st);
         let allow_move = seq_available(inner, st, Mode::Busy);
@@ -211,7 +212,7 @@ fn evaluate(inner: &Inner, st: &State, busy: &mut bool) -> (Option<Mode>, Option
             due = due.min(now + t.max(Duration::from_millis(100)));
         }
     }
-    if now >= st.last_io + inner.opts.reclaim.idle_period {
+    if now >= idle_due {
         (Some(Mode::Idle), None)
     } else {
         (None, Some(due))

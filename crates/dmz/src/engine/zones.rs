@@ -190,17 +190,28 @@ impl Zones {
         let zi = &mut self.z[zone as usize];
         zi.chunk = u32::MAX;
         zi.weight = 0;
-        if zi.seq {
-            if (self.reserved.len() as u32) < self.nr_reserved {
-                zi.role = Role::Reserved;
-                self.reserved.push(zone);
-            } else {
-                zi.role = Role::Free;
-                self.free_seq.push_front(zone);
-            }
+        self.pool_zone(zone, true);
+    }
+
+    /// Put a free zone in its pool: the reserve while it is short, else the free
+    /// sequential or conventional pool, at the front (`first`) or the back.
+    fn pool_zone(&mut self, zone: u32, first: bool) {
+        let zi = &mut self.z[zone as usize];
+        if zi.seq && (self.reserved.len() as u32) < self.nr_reserved {
+            zi.role = Role::Reserved;
+            self.reserved.push(zone);
+            return;
+        }
+        zi.role = Role::Free;
+        let pool = if zi.seq {
+            &mut self.free_seq
         } else {
-            zi.role = Role::Free;
-            self.free_conv.push_front(zone);
+            &mut self.free_conv
+        };
+        if first {
+            pool.push_front(zone);
+        } else {
+            pool.push_back(zone);
         }
     }
 
@@ -256,23 +267,11 @@ impl Zones {
             } else {
                 continue;
             }
-            let zi = &mut self.z[zone as usize];
-            if zi.role != Role::PendingFree {
+            if self.z[zone as usize].role != Role::PendingFree {
                 continue;
             }
             n += 1;
-            if zi.seq {
-                if (self.reserved.len() as u32) < self.nr_reserved {
-                    zi.role = Role::Reserved;
-                    self.reserved.push(zone);
-                } else {
-                    zi.role = Role::Free;
-                    self.free_seq.push_back(zone);
-                }
-            } else {
-                zi.role = Role::Free;
-                self.free_conv.push_back(zone);
-            }
+            self.pool_zone(zone, false);
         }
         n
     }
