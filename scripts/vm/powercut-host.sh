@@ -25,24 +25,24 @@ head -c $((32 << 20)) /dev/urandom >"$dir/src"
 : >"$dir/log"
 export ZONEDD_VM_POWERCUT_DIR=$dir
 
+# phase ROUND PHASE MARKER WHAT: one boot of the guest scenario in PHASE; its exit status says
+# nothing (the write boot ends without a result: the guest is cut; a failed verify still
+# leaves its counts), so success is the file MARKER.ROUND the guest leaves in $dir.
+phase() {
+    ZONEDD_VM_POWERCUT_PHASE=$2 ZONEDD_VM_POWERCUT_ROUND=$1 \
+        "$ROOT/scripts/vm-test.sh" --no-build "$ROOT/tests/vm/powercut-loop.sh" || true
+    [ -f "$dir/$3.$1" ] || {
+        echo "powercut-host: round $1: $4" >&2
+        exit 1
+    }
+}
+
 checked=0 lost=0 inflight=0 survived=0 unclean=0
 for ((r = 1; r <= rounds; r++)); do
     echo "powercut-host: round $r/$rounds: write, power off hard"
-    # The write boot ends without a result (the guest is cut): its status says nothing.
-    ZONEDD_VM_POWERCUT_PHASE=write ZONEDD_VM_POWERCUT_ROUND=$r \
-        "$ROOT/scripts/vm-test.sh" --no-build "$ROOT/tests/vm/powercut-loop.sh" || true
-    [ -f "$dir/cut.$r" ] || {
-        echo "powercut-host: round $r: the write phase never reached the cut" >&2
-        exit 1
-    }
+    phase "$r" write cut "the write phase never reached the cut"
     echo "powercut-host: round $r/$rounds: boot again, verify"
-    # A failed verify still leaves its counts (verified.R) unless the guest broke down.
-    ZONEDD_VM_POWERCUT_PHASE=verify ZONEDD_VM_POWERCUT_ROUND=$r \
-        "$ROOT/scripts/vm-test.sh" --no-build "$ROOT/tests/vm/powercut-loop.sh" || true
-    [ -f "$dir/verified.$r" ] || {
-        echo "powercut-host: round $r: the verify phase did not finish" >&2
-        exit 1
-    }
+    phase "$r" verify verified "the verify phase did not finish"
     read -r c l f chk <"$dir/verified.$r"
     checked=$((checked + c)) lost=$((lost + l)) inflight=$((inflight + f))
     [ "$l" = 0 ] && survived=$((survived + 1))

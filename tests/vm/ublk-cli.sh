@@ -20,17 +20,6 @@ json() { # json EXPR  (reads JSON on stdin; EXPR is Python over `d`)
     python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"
 }
 
-# expect_error CODE WORDS CMD...: CMD exits with status CODE and its stderr contains WORDS.
-expect_error() {
-    local code=$1 words=$2 rc=0
-    shift 2
-    "$@" >"$VM_SCRATCH/out" 2>"$VM_SCRATCH/err" || rc=$?
-    [ "$rc" = "$code" ] || vm_fail "$*: exit $rc, expected $code: $(cat "$VM_SCRATCH/err")"
-    grep -qF -- "$words" "$VM_SCRATCH/err" ||
-        vm_fail "$*: stderr lacks '$words': $(cat "$VM_SCRATCH/err")"
-    echo "ok: exit $rc: $(head -n 1 "$VM_SCRATCH/err")"
-}
-
 vm_step "create"
 out=$("$Z" create --backend "${ZONEDD_VM_BACKEND:-mem:256M}" --queues 2 --depth 32 --label clitest)
 echo "$out"

@@ -25,18 +25,6 @@ wait_state() { # wait_state ID STATE
     vm_fail "device $1 did not become $2 (is $(field "$1" state))"
 }
 
-# expect_error CODE WORDS CMD...: CMD exits with status CODE and its stderr contains WORDS
-# (as in ublk-cli.sh).
-expect_error() {
-    local code=$1 words=$2 rc=0
-    shift 2
-    "$@" >"$VM_SCRATCH/out" 2>"$VM_SCRATCH/err" || rc=$?
-    [ "$rc" = "$code" ] || vm_fail "$*: exit $rc, expected $code: $(cat "$VM_SCRATCH/err")"
-    grep -qF -- "$words" "$VM_SCRATCH/err" ||
-        vm_fail "$*: stderr lacks '$words': $(cat "$VM_SCRATCH/err")"
-    echo "ok: exit $rc: $(head -n 1 "$VM_SCRATCH/err")"
-}
-
 # Default: the engine on an emulated SMR image (16 MiB zones, 8 conventional).
 # ZONEDD_VM_RECOVER_BACKEND=file: runs the same on the write-through file target.
 diagnose() { # what the daemon says, for a failure

@@ -15,11 +15,23 @@
 #   zoned_model DEV                              none | host-aware | host-managed
 #   wait_for_path PATH [SECONDS]                 wait until PATH exists (default 10 s)
 #   vm_step MESSAGE / vm_fail MESSAGE            progress line / failure (exit 1)
+#   expect_error CODE WORDS CMD...               CMD exits with status CODE and its stderr
+#                                                contains WORDS (fixed string); fails otherwise
 
 vm_step() { printf '== [%s s] %s\n' "$(cut -d' ' -f1 /proc/uptime)" "$*" >&2; }
 vm_fail() {
     printf 'FAIL: %s\n' "$*" >&2
     exit 1
+}
+
+expect_error() {
+    local code=$1 words=$2 rc=0
+    shift 2
+    "$@" >"$VM_SCRATCH/out" 2>"$VM_SCRATCH/err" || rc=$?
+    [ "$rc" = "$code" ] || vm_fail "$*: exit $rc, expected $code: $(cat "$VM_SCRATCH/err")"
+    grep -qF -- "$words" "$VM_SCRATCH/err" ||
+        vm_fail "$*: stderr lacks '$words': $(cat "$VM_SCRATCH/err")"
+    echo "ok: exit $rc: $(head -n 1 "$VM_SCRATCH/err")"
 }
 
 # Path of the zonedd binary: $ZONEDD when set, else target/release/zonedd of this checkout.
