@@ -36,6 +36,8 @@ struct Run {
     last_end: u64,
     id: u64,
     policy: VictimPolicy,
+    /// Victims reclaimed at once.
+    parallel: usize,
     /// (op index, what, first block, blocks) of every change, for failure reports.
     history: Vec<(u64, &'static str, u64, u64)>,
     op: u64,
@@ -49,6 +51,7 @@ impl Run {
     fn opts(&self) -> dmz::engine::EngineOptions {
         let mut o = test_opts();
         o.reclaim.policy = self.policy;
+        o.reclaim.parallel = self.parallel;
         o.cache_bitmap_blocks = 8; // force bitmap cache evictions
         o.commit_interval = std::time::Duration::from_millis(20);
         o
@@ -167,7 +170,7 @@ impl Run {
     }
 }
 
-fn run(seed: u64, ops: u64, policy: VictimPolicy) {
+fn run(seed: u64, ops: u64, policy: VictimPolicy, parallel: usize) {
     // 40 zones of 1 MiB (256 blocks), 10 conventional: 35 chunks, 8 conventional data
     // zones, 3 reserved: free zones run out quickly and reclaim works hard.
     let dev = formatted_mem(1024, 40, 10, 3);
@@ -182,6 +185,7 @@ fn run(seed: u64, ops: u64, policy: VictimPolicy) {
         last_end: 0,
         id: 0,
         policy,
+        parallel,
         history: Vec::new(),
         op: 0,
     };
@@ -247,10 +251,22 @@ fn model_greedy() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x5eed);
-    run(seed, ops_from_env(), VictimPolicy::Greedy);
+    run(seed, ops_from_env(), VictimPolicy::Greedy, 1);
 }
 
 #[test]
 fn model_oldest_first() {
-    run(0xd3, ops_from_env() / 4, VictimPolicy::DmZonedOldestFirst);
+    run(
+        0xd3,
+        ops_from_env() / 4,
+        VictimPolicy::DmZonedOldestFirst,
+        1,
+    );
+}
+
+/// Several victims reclaimed at once (`zonedd create --reclaim-max-active`): reclaims
+/// race each other for destinations and chunk locks.
+#[test]
+fn model_parallel_reclaim() {
+    run(0x9a7, ops_from_env() / 4, VictimPolicy::Greedy, 3);
 }

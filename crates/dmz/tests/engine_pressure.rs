@@ -12,11 +12,23 @@ use engine_util::*;
 
 #[test]
 fn concurrent_overwrites_with_two_buffer_zones_never_get_enospc() {
+    overwrites_never_get_enospc(1);
+}
+
+/// The same with reclaims running side by side (`--reclaim-max-active 2`).
+#[test]
+fn parallel_reclaim_never_gives_enospc() {
+    overwrites_never_get_enospc(2);
+}
+
+fn overwrites_never_get_enospc(parallel: usize) {
     // 64 zones of 1 MiB, 4 conventional (2 hold the metadata sets), 3 reserved: after the
     // fill below the 2 conventional data zones hold chunks, and every overwrite of another
     // chunk needs reclaim to free one for its buffer.
     let dev = formatted_mem(1024, 64, 4, 3);
-    let e = Arc::new(open(dev, test_opts()));
+    let mut opts = test_opts();
+    opts.reclaim.parallel = parallel;
+    let e = Arc::new(open(dev, opts));
     let cs = e.chunk_size();
     let nr_chunks = e.capacity() / cs;
     let blocks_per_chunk = cs / BS as u64;

@@ -314,6 +314,12 @@ pub fn sysfs_zoned_model(path: &Path) -> Option<String> {
     sysfs_queue_attr(path, "zoned")
 }
 
+/// Whether sysfs says the block device at `path` spins (`queue/rotational`): `None` when
+/// `path` is not a block device or sysfs does not say.
+pub fn sysfs_rotational(path: &Path) -> Option<bool> {
+    sysfs_queue_attr(path, "rotational").map(|s| s != "0")
+}
+
 /// `/sys/dev/block/MAJ:MIN/queue/<attr>` of a block device (or of its disk for a partition).
 pub(crate) fn sysfs_queue_attr(path: &Path, attr: &str) -> Option<String> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
