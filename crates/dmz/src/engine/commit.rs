@@ -478,6 +478,7 @@ pub(super) fn load(dev: Arc<dyn ZonedDevice>, opts: EngineOptions) -> Result<Inn
             needs_switch: true,
         },
         waiters: 0,
+        conv_queue: Default::default(),
         last_wait: None,
         reclaim_passes: 0,
         reclaim_last_progress: false,

@@ -191,7 +191,7 @@ fn catch_up(inner: &Inner, chunk: u32) -> Result<u64, EngineError> {
             inner.recheck_zone(bz);
             return Err(e.into());
         }
-        match write_step(inner, chunk, wp, &buf)? {
+        match write_step(inner, chunk, wp, &buf, None)? {
             Step::Done(_, seq) => last = seq,
             // Anything else (a zone lost meanwhile): leave the blocks to reclaim.
             _ => return Ok(last),
@@ -217,11 +217,15 @@ fn write_pieces(
 ) -> Result<u64, EngineError> {
     let mut last = 0;
     let deadline = Instant::now() + inner.opts.reclaim.wait_timeout;
+    let mut ticket = Ticket { inner, t: None };
     while !data.is_empty() {
         let step = {
             let _g = inner.chunk_lock(chunk).write();
-            write_step(inner, chunk, b, data)?
+            write_step(inner, chunk, b, data, ticket.t)?
         };
+        if !matches!(step, Step::NeedZone { .. }) {
+            ticket.leave();
+        }
         match step {
             Step::Done(n, seq) => {
                 last = seq;
@@ -229,7 +233,7 @@ fn write_pieces(
                 data = &data[n as usize * BLOCK..];
             }
             Step::NeedZone { conv_only } => {
-                if let Err(e) = wait_free(inner, conv_only, deadline) {
+                if let Err(e) = wait_free(inner, conv_only, deadline, &mut ticket.t) {
                     // An early stream piece may have mapped an empty sequential zone.
                     let _g = inner.chunk_lock(chunk).write();
                     put_chunk(inner, &mut inner.state.lock(), chunk)?;
@@ -241,6 +245,41 @@ fn write_pieces(
         }
     }
     Ok(last)
+}
+
+/// A writer's place in the [`ConvQueue`](super::zones::ConvQueue), given up when it no
+/// longer needs a zone, whichever way it leaves.
+struct Ticket<'a> {
+    inner: &'a Inner,
+    t: Option<u64>,
+}
+
+impl Ticket<'_> {
+    fn leave(&mut self) {
+        if let Some(t) = self.t.take() {
+            let mut st = self.inner.state.lock();
+            st.conv_queue.leave(t);
+            // The writers behind moved up: one of them may be next for a free zone.
+            if !st.zones.free_conv.is_empty() {
+                self.inner.free_cv.notify_all();
+            }
+        }
+    }
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+/// A free conventional zone for `chunk`, unless it is promised to writers that waited
+/// longer than this one (holding `ticket`, or none).
+fn take_conv(st: &mut State, ticket: Option<u64>, role: Role, chunk: u32) -> Option<u32> {
+    if !st.conv_queue.may_take(ticket, st.zones.free_conv.len()) {
+        return None;
+    }
+    st.zones.alloc_conv(role, chunk)
 }
 
 /// Whether overwriting conventional zone `z` in place needs a durable proof that the
@@ -273,7 +312,13 @@ fn reset_if_needed(
     Ok(false)
 }
 
-fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, EngineError> {
+fn write_step(
+    inner: &Inner,
+    chunk: u32,
+    b: u32,
+    data: &[u8],
+    ticket: Option<u64>,
+) -> Result<Step, EngineError> {
     let zb = inner.zone_blocks;
     let n = (data.len() / BLOCK) as u32;
     let mut st = inner.state.lock();
@@ -297,11 +342,12 @@ fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, En
             && !st.zones.free_conv.is_empty()
             && !st.zones.free_seq.is_empty();
         let z = if direct || early {
-            st.zones
-                .alloc_seq(Role::Data, chunk)
-                .or_else(|| st.zones.alloc_conv(Role::Data, chunk))
+            match st.zones.alloc_seq(Role::Data, chunk) {
+                Some(z) => Some(z),
+                None => take_conv(&mut st, ticket, Role::Data, chunk),
+            }
         } else {
-            st.zones.alloc_conv(Role::Data, chunk)
+            take_conv(&mut st, ticket, Role::Data, chunk)
         };
         let Some(z) = z else {
             return Ok(Step::NeedZone { conv_only: !direct });
@@ -339,7 +385,7 @@ fn write_step(inner: &Inner, chunk: u32, b: u32, data: &[u8]) -> Result<Step, En
     } else {
         let cnt = if b < dzi.wp { n.min(dzi.wp - b) } else { n };
         if bz == NONE {
-            let Some(z) = st.zones.alloc_conv(Role::Buffer, chunk) else {
+            let Some(z) = take_conv(&mut st, ticket, Role::Buffer, chunk) else {
                 return Ok(Step::NeedZone { conv_only: true });
             };
             log_op(
@@ -517,12 +563,19 @@ pub(super) fn put_chunk(
 /// for `wait_timeout`. A writer is never failed while reclaim is still freeing zones, however
 /// slowly (other writers may take each zone first): a filesystem shuts down on ENOSPC from
 /// its block device, so like dm-zoned we rather wait.
-fn wait_free(inner: &Inner, conv_only: bool, deadline: Instant) -> Result<(), EngineError> {
-    let have = |st: &State| {
-        !st.zones.free_conv.is_empty() || (!conv_only && !st.zones.free_seq.is_empty())
-    };
+fn wait_free(
+    inner: &Inner,
+    conv_only: bool,
+    deadline: Instant,
+    ticket: &mut Option<u64>,
+) -> Result<(), EngineError> {
     let mut deadline = deadline;
     let mut st = inner.state.lock();
+    let t = *ticket.get_or_insert_with(|| st.conv_queue.join());
+    let have = |st: &State| {
+        st.conv_queue.may_take(Some(t), st.zones.free_conv.len())
+            || (!conv_only && !st.zones.free_seq.is_empty())
+    };
     let mut pass0: Option<u64> = None;
     let mut seen_pass = st.reclaim_passes;
     let mut probed = false;

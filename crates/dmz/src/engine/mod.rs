@@ -204,6 +204,8 @@ struct State {
     pub log: LogBuf,
     /// Writers waiting for a free zone.
     pub waiters: u32,
+    /// The order in which waiting writers get free conventional zones.
+    pub conv_queue: zones::ConvQueue,
     /// When a writer last had to wait for a free zone.
     pub last_wait: Option<Instant>,
     /// Completed reclaim passes, and whether the last one freed anything.

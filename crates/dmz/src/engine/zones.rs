@@ -295,3 +295,70 @@ impl Zones {
         self.z.iter().filter(|z| z.role == role).count() as u64
     }
 }
+
+/// Writers waiting for a free conventional zone, first come first served.
+///
+/// When reclaim cannot keep up, every freed zone is raced for by all waiting writers (and
+/// by newcomers). Served in random order, a writer's wait has a geometric tail: p99 several
+/// times the mean. Served in arrival order, no writer waits for more zones than there were
+/// writers ahead of it. A writer joins on its first wait and leaves once it no longer needs
+/// a zone; while anyone waits, a free zone is promised to the oldest waiters, and a writer
+/// without a ticket only takes zones beyond those.
+#[derive(Debug, Default)]
+pub(super) struct ConvQueue {
+    next: u64,
+    waiting: VecDeque<u64>,
+}
+
+impl ConvQueue {
+    /// A ticket at the back of the queue.
+    pub fn join(&mut self) -> u64 {
+        let t = self.next;
+        self.next += 1;
+        self.waiting.push_back(t);
+        t
+    }
+
+    pub fn leave(&mut self, ticket: u64) {
+        self.waiting.retain(|&t| t != ticket);
+    }
+
+    /// Whether the holder of `ticket` (None: a writer that never waited) may take one of
+    /// `free` free conventional zones now.
+    pub fn may_take(&self, ticket: Option<u64>, free: usize) -> bool {
+        match ticket {
+            Some(t) => self
+                .waiting
+                .iter()
+                .position(|&w| w == t)
+                .is_none_or(|p| p < free),
+            None => self.waiting.len() < free,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConvQueue;
+
+    #[test]
+    fn free_zones_go_to_the_oldest_waiters_first() {
+        let mut q = ConvQueue::default();
+        assert!(q.may_take(None, 1), "nobody waits: take it");
+        assert!(!q.may_take(None, 0));
+        let (a, b, c) = (q.join(), q.join(), q.join());
+        // One zone: only the oldest waiter; newcomers queue behind everyone.
+        assert!(q.may_take(Some(a), 1));
+        assert!(!q.may_take(Some(b), 1));
+        assert!(!q.may_take(None, 3));
+        assert!(q.may_take(None, 4));
+        // Two zones: the two oldest.
+        assert!(q.may_take(Some(b), 2) && !q.may_take(Some(c), 2));
+        // The oldest leaves (it got its zone, or no longer needs one): the next moves up.
+        q.leave(a);
+        assert!(q.may_take(Some(b), 1) && !q.may_take(Some(c), 1));
+        q.leave(b);
+        q.leave(c);
+        assert!(q.may_take(None, 1), "nobody waits any more");
+    }
+}
