@@ -2,15 +2,16 @@
 # Guest side of scripts/profile-vm.sh: `perf record` (cpu-clock: TCG has no PMU, all CPUs,
 # call graphs) while fio runs one workload against zonedd's /dev/ublkbN on a null_blk zoned
 # device, then `perf report` summaries by thread and by symbol into OUT.
-#   profile-guest.sh --out DIR [--seconds N] [--only NAME]
+#   profile-guest.sh --out DIR [--seconds N] [--only NAME] [--create-args "ARGS"]
 set -euo pipefail
-out="" secs=15 only=""
+out="" secs=15 only="" create_args=""
 
 while [ $# -gt 0 ]; do
     case $1 in
     --out) out=$2 && shift ;;
     --seconds) secs=$2 && shift ;;
     --only) only=$2 && shift ;;
+    --create-args) create_args=$2 && shift ;;
     *) echo "unknown argument $1" >&2 && exit 2 ;;
     esac
     shift
@@ -28,7 +29,8 @@ profile() { # profile NAME [--prefill] FIO-ARGS...
     [ -z "$only" ] || [ "$only" = "$name" ] || return 0
     dev=$(make_nullb nullb0 1536 64 6)
     "$Z" format --backend "$dev" --force --reserved-seq 2 >/dev/null 2>&1
-    res=$("$Z" create --backend "$dev" --queues 2 --depth 64)
+    # shellcheck disable=SC2086 # ARGS are words for zonedd create
+    res=$("$Z" create --backend "$dev" --queues 2 --depth 64 $create_args)
     bdev=$(sed -n 1p <<<"$res")
     id=$(sed -n 's/^id //p' <<<"$res")
     if [ "$prefill" = 1 ]; then
