@@ -27,8 +27,12 @@ profile() { # profile NAME [--prefill] FIO-ARGS...
     shift
     [ "$1" != --prefill ] || { prefill=1 && shift; }
     [ -z "$only" ] || [ "$only" = "$name" ] || return 0
-    dev=$(make_nullb nullb0 1536 64 6)
-    "$Z" format --backend "$dev" --force --reserved-seq 2 >/dev/null 2>&1
+    if [ "$name" = fsync-floor ]; then
+        dev=mem:512M # no engine, no device: what ublk and the pool alone cost
+    else
+        dev=$(make_nullb nullb0 1536 64 6)
+        "$Z" format --backend "$dev" --force --reserved-seq 2 >/dev/null 2>&1
+    fi
     # shellcheck disable=SC2086 # ARGS are words for zonedd create
     res=$("$Z" create --backend "$dev" --queues 2 --depth 64 $create_args)
     bdev=$(sed -n 1p <<<"$res")
@@ -44,7 +48,7 @@ profile() { # profile NAME [--prefill] FIO-ARGS...
         --eta=never --output-format=json --output="$out/$name.fio.json" "$@" >/dev/null 2>&1
     "$Z" status "$id" --json >"$out/$name.status.json"
     "$Z" delete "$id" >/dev/null
-    remove_nullb "$dev"
+    [ "$name" = fsync-floor ] || remove_nullb "$dev"
     perf report -q -i "$VM_SCRATCH/$name.data" --stdio --no-children --sort comm \
         >"$out/$name.by-thread.txt" 2>/dev/null || true
     perf report -q -i "$VM_SCRATCH/$name.data" --stdio --no-children -g none \
@@ -54,6 +58,8 @@ profile() { # profile NAME [--prefill] FIO-ARGS...
 
 profile seqwrite --rw=write --bs=1M --iodepth=8 --ioengine=libaio --size=1024M
 profile fsync --rw=write --bs=4k --iodepth=1 --ioengine=psync --fsync=1 --offset=1024M --size=64M
+# The same through zonedd's in-memory test target: the floor that ublk and the pool set.
+profile fsync-floor --rw=write --bs=4k --iodepth=1 --ioengine=psync --fsync=1 --size=64M
 # Reads of never-written chunks: no device I/O, so this is the ublk + pool path alone.
 profile randread --rw=randread --bs=4k --iodepth=16 --ioengine=libaio --size=1024M
 # Sustained random overwrites of 16 full chunks with 4 buffer zones: reclaim-bound.
