@@ -66,26 +66,48 @@ pub fn run(args: Args) -> Result<(), CliError> {
         }
     }
     if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(CliError::Failed(errors.join("; ")))
+        return Ok(());
     }
+    // Refused everywhere (no such device, in use): exit 2; anything that failed: exit 1.
+    let refused = errors.iter().all(|e| matches!(e, CliError::Usage(_)));
+    let msg = errors
+        .iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join("; ");
+    Err(if refused {
+        CliError::Usage(msg)
+    } else {
+        CliError::Failed(msg)
+    })
 }
 
-fn delete_one(id: u32, force: bool, timeout: Duration) -> Result<String, String> {
+fn delete_one(id: u32, force: bool, timeout: Duration) -> Result<String, CliError> {
     let exists = sys::ublk_ids().contains(&id);
     let rec = registry::read(id);
     if !exists {
         if rec.is_some() {
             registry::remove(id);
         }
-        return Err(format!("no ublk device {id}"));
+        return Err(CliError::Usage(format!("no ublk device {id}")));
     }
     if !force {
         if let Some(why) = sys::bdev_in_use(id) {
-            return Err(format!("{why} (use --force to delete anyway)"));
+            return Err(CliError::Usage(format!(
+                "{why} (use --force to delete anyway)"
+            )));
         }
     }
+    delete_live(id, rec, timeout).map_err(CliError::Failed)
+}
+
+/// Shut down the daemon of an existing device `id`, or delete the device directly if the
+/// daemon is gone.
+fn delete_live(
+    id: u32,
+    rec: Option<registry::DeviceRecord>,
+    timeout: Duration,
+) -> Result<String, String> {
     if let Some(r) = rec
         .as_ref()
         .filter(|r| sys::pid_alive(r.pid) && r.socket.exists())

@@ -69,6 +69,8 @@ run_xfs() { # run_xfs NAME BACKEND [--format]
     echo "$name: $bdev (id $id), $(($(blockdev --getsize64 "$bdev") >> 20)) MiB"
     mkfs.xfs -q -f "$bdev"
     mount "$bdev" "$mnt"
+    expect_error 2 "$bdev is mounted on $mnt: unmount it first (use --force to delete anyway)" \
+        "$Z" delete "$id"
     workload "$mnt"
     sync
     sums "$mnt" >"$VM_SCRATCH/sums.$name"
