@@ -22,6 +22,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
     super::need_ublk()?;
     super::need_root("zonedd recover")?;
     let id = args.id;
+    // Asked first so that libublk, which prints its own line for a missing device, never is.
+    if !sys::ublk_ids().contains(&id) {
+        return Err(CliError::Usage(format!("no ublk device {id}")));
+    }
     let (state, data, _) = frontend::device::device_info(id)
         .map_err(|_| CliError::Usage(format!("no ublk device {id}")))?;
     let state = sys::state_name(state);

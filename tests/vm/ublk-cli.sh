@@ -66,6 +66,7 @@ if "$Z" recover "$id" 2>"$VM_SCRATCH/err"; then vm_fail "recover of a live devic
 grep -q "not quiesced" "$VM_SCRATCH/err" || vm_fail "recover message: $(cat "$VM_SCRATCH/err")"
 expect_error 2 "zonedd: no ublk device 999" "$Z" delete 999
 expect_error 2 "zonedd: no ublk device 4242" "$Z" recover 4242
+[ "$(wc -l <"$VM_SCRATCH/err")" = 1 ] || vm_fail "recover 4242 printed more than our line: $(cat "$VM_SCRATCH/err")"
 echo "ok: error messages"
 
 vm_step "delete"
