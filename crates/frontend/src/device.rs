@@ -224,19 +224,42 @@ pub fn serve(
 /// task's lifetime, waking every 5 s. Sent from the long-lived daemon thread, ADD_DEV and
 /// START_DEV left such a waker behind for good (measured in the VM: 5 wakeups per 25 s of
 /// an idle daemon); sent from a thread that exits, the worker goes with it.
-fn on_control_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+/// A thread that cannot be spawned, or its control ring set up, is an error of `f`'s kind.
+fn on_control_thread<T: Send, E: Send + From<ControlThreadError>>(
+    f: impl FnOnce() -> Result<T, E> + Send,
+) -> Result<T, E> {
     std::thread::scope(|s| {
         std::thread::Builder::new()
             .name("zonedd-ublkctl".into())
             .spawn_scoped(s, move || {
                 // libublk keeps its control ring per thread: give this one its own.
-                let _ = init_control_ring();
+                init_control_ring()
+                    .map_err(|e| ControlThreadError(format!("setting up its ring: {e}")))?;
                 f()
             })
-            .expect("spawning the ublk control thread")
+            .map_err(|e| E::from(ControlThreadError(format!("spawning it: {e}"))))?
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p))
     })
+}
+
+/// Why [`on_control_thread`] could not run its closure.
+#[derive(Debug)]
+struct ControlThreadError(String);
+
+impl From<ControlThreadError> for FrontendError {
+    fn from(e: ControlThreadError) -> FrontendError {
+        FrontendError::Other(format!("ublk control thread: {}", e.0))
+    }
+}
+
+impl From<ControlThreadError> for UblkError {
+    fn from(e: ControlThreadError) -> UblkError {
+        UblkError::IOError(std::io::Error::other(format!(
+            "ublk control thread: {}",
+            e.0
+        )))
+    }
 }
 
 /// Set up the calling thread's libublk control ring if it has none (what `UblkCtrl`'s
