@@ -268,5 +268,9 @@ fn model_oldest_first() {
 /// race each other for destinations and chunk locks.
 #[test]
 fn model_parallel_reclaim() {
-    run(0x9a7, ops_from_env() / 4, VictimPolicy::Greedy, 3);
+    let seed = std::env::var("DMZ_MODEL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x9a7);
+    run(seed, ops_from_env() / 4, VictimPolicy::Greedy, 3);
 }

@@ -421,6 +421,13 @@ fn reclaim_one(inner: &Arc<Inner>, c: Cand, mode: Mode) -> Result<bool, EngineEr
     };
     let dev = &*inner.dev;
     let zb = inner.zone_blocks;
+    // The candidate was listed before the chunk lock was taken: its zones may have gone to
+    // other chunks since. Rechecking one of those would set its write pointer from a report
+    // taken while its new owner writes it (a stale, lower one: the owner's next write then
+    // fails). With the lock held the mapping cannot change any more.
+    if inner.state.lock().meta.map[c.chunk as usize] != c.map {
+        return Ok(false);
+    }
     // A zone that went read-only still reads fine: ask the device before moving the chunk
     // off it (and freeing it for others to fail on). A retired zone's chunk stays put.
     for z in [c.map.dzone, c.map.bzone] {
