@@ -94,7 +94,7 @@ pub(super) fn flush(inner: &Inner, evidence: bool) -> Result<(), EngineError> {
         let floor = st.log.evidence_seq.max(st.log.folded_seq);
         cands
             .iter()
-            .any(|&z| st.zones.z[z as usize].last_seq >= floor.max(1))
+            .any(|&(z, _)| st.zones.z[z as usize].last_seq >= floor.max(1))
     };
     if need_proof && !inner.state.lock().log.has_room(super::log::PAYLOAD) {
         // The commit promotes the zones itself once their records are folded.

@@ -250,19 +250,24 @@ impl Zones {
 
     /// Pending frees whose records are below `written_seq` (they will be durable after the
     /// next device flush).
-    pub fn flushable_frees(&self, written_seq: u64) -> Vec<u32> {
+    /// Pending zones whose Free records are below `written_seq`, with those records'
+    /// sequence numbers.
+    pub fn flushable_frees(&self, written_seq: u64) -> Vec<(u32, u64)> {
         self.pending_free
             .iter()
             .filter(|(_, s)| *s < written_seq)
-            .map(|(z, _)| *z)
+            .copied()
             .collect()
     }
 
-    /// Make `zones` allocatable (their Free records are durable). Returns how many.
-    pub fn promote(&mut self, zones: &[u32]) -> usize {
+    /// Make `frees` allocatable (their Free records are durable). Returns how many.
+    ///
+    /// By zone *and* record: while one flush was in progress another may have promoted a
+    /// zone, which was then reused and freed again by a record this flush does not cover.
+    pub fn promote(&mut self, frees: &[(u32, u64)]) -> usize {
         let mut n = 0;
-        for &zone in zones {
-            if let Some(i) = self.pending_free.iter().position(|(z, _)| *z == zone) {
+        for &(zone, seq) in frees {
+            if let Some(i) = self.pending_free.iter().position(|&f| f == (zone, seq)) {
                 self.pending_free.swap_remove(i);
             } else {
                 continue;
@@ -339,7 +344,46 @@ impl ConvQueue {
 
 #[cfg(test)]
 mod tests {
-    use super::ConvQueue;
+    use super::{ConvQueue, Role, Zones};
+    use zbd::{Zone, ZoneCondition, ZoneType};
+
+    /// `n` empty sequential zones of 1 MiB, no reserve.
+    fn seq_zones(n: u32) -> Zones {
+        let report: Vec<Zone> = (0..n)
+            .map(|id| Zone {
+                id,
+                start: id as u64 * (1 << 20),
+                len: 1 << 20,
+                capacity: 1 << 20,
+                wp: id as u64 * (1 << 20),
+                zone_type: ZoneType::SeqWriteRequired,
+                cond: ZoneCondition::Empty,
+            })
+            .collect();
+        let mut z = Zones::from_report(&report, 1 << 20, 0);
+        z.build_pools();
+        z
+    }
+
+    #[test]
+    fn a_flush_promotes_only_the_frees_it_covered() {
+        let mut z = seq_zones(2);
+        let a = z.alloc_seq(Role::Data, 0).unwrap();
+        z.release(a, 5);
+        // A flush that covered record 5 starts...
+        let cands = z.flushable_frees(6);
+        assert_eq!(cands, vec![(a, 5)]);
+        // ...while another flush promotes the zone, which is reused and freed again by
+        // record 9, not durable yet.
+        assert_eq!(z.promote(&z.flushable_frees(6)), 1);
+        let reused = (0..2).find_map(|_| z.alloc_seq(Role::Data, 1).filter(|&x| x == a));
+        assert_eq!(reused, Some(a));
+        z.release(a, 9);
+        // The first flush finishing must leave the zone pending.
+        assert_eq!(z.promote(&cands), 0);
+        assert_eq!(z.z[a as usize].role, Role::PendingFree);
+        assert_eq!(z.promote(&z.flushable_frees(10)), 1);
+    }
 
     #[test]
     fn free_zones_go_to_the_oldest_waiters_first() {
