@@ -26,6 +26,14 @@ fn ops_from_env() -> u64 {
         })
 }
 
+/// `DMZ_MODEL_SEED`, else `default`.
+fn seed_from_env(default: u64) -> u64 {
+    std::env::var("DMZ_MODEL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 struct Run {
     dev: Arc<MemDevice>,
     e: Option<Engine>,
@@ -247,11 +255,12 @@ fn run(seed: u64, ops: u64, policy: VictimPolicy, parallel: usize) {
 
 #[test]
 fn model_greedy() {
-    let seed = std::env::var("DMZ_MODEL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed);
-    run(seed, ops_from_env(), VictimPolicy::Greedy, 1);
+    run(
+        seed_from_env(0x5eed),
+        ops_from_env(),
+        VictimPolicy::Greedy,
+        1,
+    );
 }
 
 #[test]
@@ -268,9 +277,10 @@ fn model_oldest_first() {
 /// race each other for destinations and chunk locks.
 #[test]
 fn model_parallel_reclaim() {
-    let seed = std::env::var("DMZ_MODEL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x9a7);
-    run(seed, ops_from_env() / 4, VictimPolicy::Greedy, 3);
+    run(
+        seed_from_env(0x9a7),
+        ops_from_env() / 4,
+        VictimPolicy::Greedy,
+        3,
+    );
 }

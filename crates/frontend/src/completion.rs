@@ -66,6 +66,15 @@ impl Kicker {
     }
 }
 
+/// A target's error as an errno to report: anything not positive becomes EIO.
+pub fn errno_or_eio(e: i32) -> i32 {
+    if e > 0 {
+        e
+    } else {
+        libc::EIO
+    }
+}
+
 /// The outstanding pieces of one tag's current request.
 #[derive(Debug)]
 pub struct TagCompletion {
@@ -96,7 +105,7 @@ impl TagCompletion {
     /// Called once per piece, from any thread.
     pub fn complete(&self, result: Result<(), i32>) {
         if let Err(e) = result {
-            let e = if e > 0 { e } else { libc::EIO };
+            let e = errno_or_eio(e);
             let _ = self
                 .errno
                 .compare_exchange(0, e, Ordering::Relaxed, Ordering::Relaxed);

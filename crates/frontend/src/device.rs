@@ -247,18 +247,21 @@ fn on_control_thread<T: Send, E: Send + From<ControlThreadError>>(
 #[derive(Debug)]
 struct ControlThreadError(String);
 
+impl std::fmt::Display for ControlThreadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ublk control thread: {}", self.0)
+    }
+}
+
 impl From<ControlThreadError> for FrontendError {
     fn from(e: ControlThreadError) -> FrontendError {
-        FrontendError::Other(format!("ublk control thread: {}", e.0))
+        FrontendError::Other(e.to_string())
     }
 }
 
 impl From<ControlThreadError> for UblkError {
     fn from(e: ControlThreadError) -> UblkError {
-        UblkError::IOError(std::io::Error::other(format!(
-            "ublk control thread: {}",
-            e.0
-        )))
+        UblkError::IOError(std::io::Error::other(e.to_string()))
     }
 }
 

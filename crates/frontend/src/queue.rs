@@ -14,7 +14,7 @@
 //! cache flush as a non-queued command, stalling its other I/O anyway, and drives with a
 //! protected cache make flushes near-instant. The engine orders concurrent flushes itself.
 
-use crate::completion::{Kicker, TagCompletion};
+use crate::completion::{errno_or_eio, Kicker, TagCompletion};
 use crate::request::{decode, split, Request};
 use crate::{BlockTarget, Dispatch, Job};
 use io_uring::{opcode, types};
@@ -258,7 +258,7 @@ fn finish(req: Request, result: Result<(), i32>, shared: &QueueShared) -> i32 {
     match result {
         Ok(()) => req.success_result(),
         Err(errno) => {
-            let errno = if errno > 0 { errno } else { libc::EIO };
+            let errno = errno_or_eio(errno);
             shared.stats.errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("{req:?} failed: errno {errno}");
             -errno

@@ -248,10 +248,8 @@ impl Zones {
         matches!(self.z[zone as usize].role, Role::Offline | Role::ReadOnly)
     }
 
-    /// Pending frees whose records are below `written_seq` (they will be durable after the
-    /// next device flush).
-    /// Pending zones whose Free records are below `written_seq`, with those records'
-    /// sequence numbers.
+    /// Pending frees whose Free records are below `written_seq` (they will be durable after
+    /// the next device flush), as (zone, record sequence number).
     pub fn flushable_frees(&self, written_seq: u64) -> Vec<(u32, u64)> {
         self.pending_free
             .iter()
@@ -267,11 +265,10 @@ impl Zones {
     pub fn promote(&mut self, frees: &[(u32, u64)]) -> usize {
         let mut n = 0;
         for &(zone, seq) in frees {
-            if let Some(i) = self.pending_free.iter().position(|&f| f == (zone, seq)) {
-                self.pending_free.swap_remove(i);
-            } else {
+            let Some(i) = self.pending_free.iter().position(|&f| f == (zone, seq)) else {
                 continue;
-            }
+            };
+            self.pending_free.swap_remove(i);
             if self.z[zone as usize].role != Role::PendingFree {
                 continue;
             }
