@@ -294,15 +294,6 @@ impl BlockTarget for EngineTarget {
     }
 }
 
-/// A pool as the engine's reclaim executor.
-struct PoolExecutor(Arc<workpool::Pool>);
-
-impl dmz::engine::Executor for PoolExecutor {
-    fn execute(&self, key: u64, job: Box<dyn FnOnce() + Send>) {
-        self.0.queue(key, job)
-    }
-}
-
 fn open_target(spec: &DeviceSpec, _pool: &Arc<workpool::Pool>) -> Result<Opened, String> {
     if let Some(size) = spec.backend.strip_prefix("mem:") {
         let bytes = frontend::mem::parse_size(size)
@@ -323,27 +314,18 @@ fn open_target(spec: &DeviceSpec, _pool: &Arc<workpool::Pool>) -> Result<Opened,
         Some(n) => n.max(1) as usize,
         None => default_reclaim_parallel(Path::new(&spec.backend)),
     };
-    let reclaim_pool = Arc::new(workpool::Pool::new(
-        "zonedd-reclaim",
-        workpool::Policy::Unbound {
-            max_active: opts.reclaim.parallel.max(1),
-        },
-    ));
-    opts.executor = Some(Arc::new(PoolExecutor(reclaim_pool.clone())));
     let engine = dmz::engine::Engine::open(dev, opts).map_err(|e| match e {
         dmz::engine::EngineError::Format(f) => not_formatted_hint(&spec.backend, f),
         other => format!("{}: {other}", spec.backend),
     })?;
     let typed = Arc::new(EngineTarget(engine));
     let weak = Arc::downgrade(&typed);
-    let rp = Arc::downgrade(&reclaim_pool);
     let target: Arc<dyn BlockTarget> = typed.clone();
     Ok(Opened {
         target,
         stats: Box::new(move || {
             json!({
                 "engine": weak.upgrade().map(|t| t.0.stats()),
-                "reclaim_pool": rp.upgrade().map(|p| p.stats()),
             })
         }),
         close: Box::new(move || {
@@ -356,7 +338,6 @@ fn open_target(spec: &DeviceSpec, _pool: &Arc<workpool::Pool>) -> Result<Opened,
                     t.0.flush().map_err(|e| format!("flushing the engine: {e}"))
                 }
             };
-            reclaim_pool.shutdown();
             r
         }),
     })
@@ -420,7 +401,7 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
                 "frontend": io_stats.snapshot(),
                 "pool": pool_weak.upgrade().map(|p| p.stats()),
             });
-            // the target's own sections: "engine", "reclaim_pool"
+            // the target's own section: "engine"
             if let (Value::Object(m), Value::Object(extra)) = (&mut v, engine_stats()) {
                 m.extend(extra);
             }

@@ -1,14 +1,17 @@
 //! The zone table: what each zone is used for, its write pointer and weight, and the free
-//! pools the allocator draws from.
+//! pools the allocator draws from. Every change of a zone's [`Role`] is a method here;
+//! [`super::Meta`] calls them from record application and allocation only.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use zbd::{Zone, ZoneCondition};
 
+use super::super::ids::{ChunkId, ZoneId, BLOCK};
+
 /// What a zone is used for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Role {
+pub(in crate::engine) enum Role {
     Meta,
     Free,
     /// Sequential zone kept for reclaim destinations.
@@ -23,8 +26,16 @@ pub(super) enum Role {
     Unusable,
 }
 
+impl Role {
+    /// Offline or read-only: out of every pool for good.
+    pub fn is_retired(self) -> bool {
+        matches!(self, Role::Offline | Role::ReadOnly)
+    }
+}
+
+/// One zone's entry (what [`super::Meta::zone`] hands out, by value).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct ZoneInfo {
+pub(in crate::engine) struct ZoneInfo {
     pub role: Role,
     pub seq: bool,
     /// Write pointer, in blocks from the zone start (sequential zones).
@@ -32,7 +43,7 @@ pub(super) struct ZoneInfo {
     /// Valid blocks.
     pub weight: u32,
     /// Owning chunk for Data/Buffer.
-    pub chunk: u32,
+    pub chunk: Option<ChunkId>,
     /// Last access (logical clock), for the oldest-first policy.
     pub atime: u32,
     /// Last access in wall time: tenths of a second since the table was built.
@@ -42,23 +53,23 @@ pub(super) struct ZoneInfo {
 }
 
 pub(super) struct Zones {
-    pub z: Vec<ZoneInfo>,
-    pub zone_blocks: u32,
-    pub free_conv: VecDeque<u32>,
-    pub free_seq: VecDeque<u32>,
-    pub reserved: Vec<u32>,
-    pub nr_reserved: u32,
+    z: Vec<ZoneInfo>,
+    zone_blocks: u32,
+    free_conv: VecDeque<ZoneId>,
+    free_seq: VecDeque<ZoneId>,
+    reserved: Vec<ZoneId>,
+    nr_reserved: u32,
     /// (zone, sequence number of its Free record).
-    pub pending_free: Vec<(u32, u64)>,
-    pub nr_conv_data_zones: u32,
-    pub clock: u32,
+    pending_free: Vec<(ZoneId, u64)>,
+    nr_conv_data_zones: u32,
+    clock: u32,
     /// Origin of `used_at`.
-    pub born: Instant,
+    born: Instant,
 }
 
 impl Zones {
     pub fn from_report(report: &[Zone], zone_size: u64, nr_reserved: u32) -> Zones {
-        let zone_blocks = (zone_size / 4096) as u32;
+        let zone_blocks = (zone_size / BLOCK as u64) as u32;
         let z = report
             .iter()
             .map(|r| {
@@ -73,7 +84,7 @@ impl Zones {
                     if r.cond == ZoneCondition::Full {
                         zone_blocks
                     } else {
-                        ((r.wp - r.start) / 4096) as u32
+                        ((r.wp - r.start) / BLOCK as u64) as u32
                     }
                 } else {
                     0
@@ -83,7 +94,7 @@ impl Zones {
                     seq,
                     wp,
                     weight: 0,
-                    chunk: u32::MAX,
+                    chunk: None,
                     atime: 0,
                     used_at: 0,
                     last_seq: 0,
@@ -104,6 +115,103 @@ impl Zones {
         }
     }
 
+    pub fn len(&self) -> u32 {
+        self.z.len() as u32
+    }
+
+    pub fn get(&self, zone: ZoneId) -> ZoneInfo {
+        self.z[zone.idx()]
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (ZoneId, &ZoneInfo)> {
+        self.z
+            .iter()
+            .enumerate()
+            .map(|(i, zi)| (ZoneId(i as u32), zi))
+    }
+
+    pub fn zone_blocks(&self) -> u32 {
+        self.zone_blocks
+    }
+
+    pub fn nr_free_conv(&self) -> usize {
+        self.free_conv.len()
+    }
+
+    pub fn nr_free_seq(&self) -> usize {
+        self.free_seq.len()
+    }
+
+    pub fn nr_reserved_free(&self) -> usize {
+        self.reserved.len()
+    }
+
+    pub fn nr_pending_free(&self) -> usize {
+        self.pending_free.len()
+    }
+
+    pub fn nr_conv_data_zones(&self) -> u32 {
+        self.nr_conv_data_zones
+    }
+
+    /// Bytes of the table and its pools.
+    pub fn mem_bytes(&self) -> usize {
+        self.z.capacity() * std::mem::size_of::<ZoneInfo>()
+            + (self.free_conv.capacity() + self.free_seq.capacity() + self.reserved.capacity())
+                * std::mem::size_of::<ZoneId>()
+    }
+
+    /// A metadata zone of the v2 sets (at load).
+    pub fn set_meta(&mut self, zone: ZoneId) {
+        self.z[zone.idx()].role = Role::Meta;
+    }
+
+    /// The zone's weight as counted from the bitmaps at load.
+    pub fn set_loaded_weight(&mut self, zone: ZoneId, weight: u32) {
+        self.z[zone.idx()].weight = weight;
+    }
+
+    pub fn add_weight(&mut self, zone: ZoneId, valid: u32, seq: u64) {
+        let zi = &mut self.z[zone.idx()];
+        zi.weight += valid;
+        zi.last_seq = seq;
+    }
+
+    /// Bits a reclaim merge set in `zone` (no write record validated them).
+    pub fn add_weight_merged(&mut self, zone: ZoneId, valid: u32) {
+        self.z[zone.idx()].weight += valid;
+    }
+
+    pub fn sub_weight(&mut self, zone: ZoneId, invalid: u32) {
+        self.z[zone.idx()].weight -= invalid;
+    }
+
+    pub fn clear_weight(&mut self, zone: ZoneId) {
+        self.z[zone.idx()].weight = 0;
+    }
+
+    /// The device's write pointer for `zone` (after a write, a reset, a report).
+    pub fn set_wp(&mut self, zone: ZoneId, wp: u32) {
+        self.z[zone.idx()].wp = wp;
+    }
+
+    /// `zone` is `chunk`'s data or buffer zone (a mapping record names it). A retired zone
+    /// keeps its role.
+    pub fn own(&mut self, zone: ZoneId, role: Role, chunk: ChunkId) {
+        debug_assert!(matches!(role, Role::Data | Role::Buffer));
+        let zi = &mut self.z[zone.idx()];
+        if !zi.role.is_retired() {
+            zi.role = role;
+        }
+        zi.chunk = Some(chunk);
+    }
+
+    /// `zone` left its chunk's mapping (retired, or freed by a record of the same
+    /// operation).
+    pub fn disown(&mut self, zone: ZoneId) {
+        self.z[zone.idx()].chunk = None;
+    }
+
     /// Build the free pools from the roles (after load): the first `nr_reserved` free
     /// sequential zones are reserved for reclaim.
     pub fn build_pools(&mut self) {
@@ -122,20 +230,20 @@ impl Zones {
             if zi.seq {
                 if (self.reserved.len() as u32) < self.nr_reserved {
                     zi.role = Role::Reserved;
-                    self.reserved.push(id);
+                    self.reserved.push(ZoneId(id));
                 } else {
-                    self.free_seq.push_back(id);
+                    self.free_seq.push_back(ZoneId(id));
                 }
             } else {
-                self.free_conv.push_back(id);
+                self.free_conv.push_back(ZoneId(id));
             }
         }
     }
 
-    pub fn touch(&mut self, zone: u32) {
+    pub fn touch(&mut self, zone: ZoneId) {
         self.clock = self.clock.wrapping_add(1);
         let now = self.now_ds();
-        let zi = &mut self.z[zone as usize];
+        let zi = &mut self.z[zone.idx()];
         zi.atime = self.clock;
         zi.used_at = now;
     }
@@ -146,57 +254,57 @@ impl Zones {
     }
 
     /// How long ago `zone` was last read or written (to a tenth of a second).
-    pub fn idle_for(&self, zone: u32) -> Duration {
-        let ds = self.now_ds().saturating_sub(self.z[zone as usize].used_at);
+    pub fn idle_for(&self, zone: ZoneId) -> Duration {
+        let ds = self.now_ds().saturating_sub(self.z[zone.idx()].used_at);
         Duration::from_millis(ds as u64 * 100)
     }
 
-    fn take(&mut self, zone: u32, role: Role, chunk: u32) -> u32 {
-        let zi = &mut self.z[zone as usize];
+    fn take(&mut self, zone: ZoneId, role: Role, chunk: ChunkId) -> ZoneId {
+        let zi = &mut self.z[zone.idx()];
         zi.role = role;
-        zi.chunk = chunk;
+        zi.chunk = Some(chunk);
         self.touch(zone);
         zone
     }
 
-    pub fn alloc_conv(&mut self, role: Role, chunk: u32) -> Option<u32> {
+    pub fn alloc_conv(&mut self, role: Role, chunk: ChunkId) -> Option<ZoneId> {
         let z = self.free_conv.pop_front()?;
         Some(self.take(z, role, chunk))
     }
 
-    pub fn alloc_seq(&mut self, role: Role, chunk: u32) -> Option<u32> {
+    pub fn alloc_seq(&mut self, role: Role, chunk: ChunkId) -> Option<ZoneId> {
         let z = self.free_seq.pop_front()?;
         Some(self.take(z, role, chunk))
     }
 
     /// A sequential destination for reclaim: a free one, else a reserved one.
-    pub fn alloc_seq_reclaim(&mut self, chunk: u32) -> Option<u32> {
+    pub fn alloc_seq_reclaim(&mut self, chunk: ChunkId) -> Option<ZoneId> {
         let z = self.free_seq.pop_front().or_else(|| self.reserved.pop())?;
         Some(self.take(z, Role::Data, chunk))
     }
 
     /// The zone's Free record has sequence number `seq`: reusable once that is durable.
-    pub fn release(&mut self, zone: u32, seq: u64) {
-        let zi = &mut self.z[zone as usize];
+    pub fn release(&mut self, zone: ZoneId, seq: u64) {
+        let zi = &mut self.z[zone.idx()];
         zi.role = Role::PendingFree;
-        zi.chunk = u32::MAX;
+        zi.chunk = None;
         zi.weight = 0;
         self.pending_free.push((zone, seq));
     }
 
     /// A zone allocated but not yet named by any record goes back to its pool (a failed
     /// reset or copy): first in line, as if never taken.
-    pub fn give_back(&mut self, zone: u32) {
-        let zi = &mut self.z[zone as usize];
-        zi.chunk = u32::MAX;
+    pub fn give_back(&mut self, zone: ZoneId) {
+        let zi = &mut self.z[zone.idx()];
+        zi.chunk = None;
         zi.weight = 0;
         self.pool_zone(zone, true);
     }
 
     /// Put a free zone in its pool: the reserve while it is short, else the free
     /// sequential or conventional pool, at the front (`first`) or the back.
-    fn pool_zone(&mut self, zone: u32, first: bool) {
-        let zi = &mut self.z[zone as usize];
+    fn pool_zone(&mut self, zone: ZoneId, first: bool) {
+        let zi = &mut self.z[zone.idx()];
         if zi.seq && (self.reserved.len() as u32) < self.nr_reserved {
             zi.role = Role::Reserved;
             self.reserved.push(zone);
@@ -217,40 +325,40 @@ impl Zones {
 
     /// The device reports `zone` offline or read-only: out of every pool for good (never
     /// allocated, never a reclaim victim or destination). A chunk mapped to it keeps it.
-    pub fn retire(&mut self, zone: u32, role: Role) {
-        debug_assert!(matches!(role, Role::Offline | Role::ReadOnly));
+    pub fn retire(&mut self, zone: ZoneId, role: Role) {
+        debug_assert!(role.is_retired());
         self.free_conv.retain(|&z| z != zone);
         self.free_seq.retain(|&z| z != zone);
         self.reserved.retain(|&z| z != zone);
         self.pending_free.retain(|&(z, _)| z != zone);
-        let zi = &mut self.z[zone as usize];
+        let zi = &mut self.z[zone.idx()];
         if !zi.seq && role == Role::Offline && zi.role != Role::Offline {
             self.nr_conv_data_zones = self.nr_conv_data_zones.saturating_sub(1);
         }
         if matches!(zi.role, Role::Free | Role::Reserved | Role::PendingFree) {
-            zi.chunk = u32::MAX;
+            zi.chunk = None;
         }
-        let newly = !matches!(zi.role, Role::Offline | Role::ReadOnly);
+        let newly = !zi.role.is_retired();
         zi.role = role;
         if newly {
             // One zone fewer: like a degraded volume at load, it comes out of the reserve.
             self.nr_reserved = self.nr_reserved.saturating_sub(1);
             while self.reserved.len() as u32 > self.nr_reserved {
                 let z = self.reserved.pop().expect("len > nr_reserved >= 0");
-                self.z[z as usize].role = Role::Free;
+                self.z[z.idx()].role = Role::Free;
                 self.free_seq.push_back(z);
             }
         }
     }
 
     /// Offline or read-only: retired.
-    pub fn is_retired(&self, zone: u32) -> bool {
-        matches!(self.z[zone as usize].role, Role::Offline | Role::ReadOnly)
+    pub fn is_retired(&self, zone: ZoneId) -> bool {
+        self.z[zone.idx()].role.is_retired()
     }
 
     /// Pending frees whose Free records are below `written_seq` (they will be durable after
     /// the next device flush), as (zone, record sequence number).
-    pub fn flushable_frees(&self, written_seq: u64) -> Vec<(u32, u64)> {
+    pub fn flushable_frees(&self, written_seq: u64) -> Vec<(ZoneId, u64)> {
         self.pending_free
             .iter()
             .filter(|(_, s)| *s < written_seq)
@@ -262,14 +370,14 @@ impl Zones {
     ///
     /// By zone *and* record: while one flush was in progress another may have promoted a
     /// zone, which was then reused and freed again by a record this flush does not cover.
-    pub fn promote(&mut self, frees: &[(u32, u64)]) -> usize {
+    pub fn promote(&mut self, frees: &[(ZoneId, u64)]) -> usize {
         let mut n = 0;
         for &(zone, seq) in frees {
             let Some(i) = self.pending_free.iter().position(|&f| f == (zone, seq)) else {
                 continue;
             };
             self.pending_free.swap_remove(i);
-            if self.z[zone as usize].role != Role::PendingFree {
+            if self.z[zone.idx()].role != Role::PendingFree {
                 continue;
             }
             n += 1;
@@ -307,7 +415,7 @@ impl Zones {
 /// a zone; while anyone waits, a free zone is promised to the oldest waiters, and a writer
 /// without a ticket only takes zones beyond those.
 #[derive(Debug, Default)]
-pub(super) struct ConvQueue {
+pub(in crate::engine) struct ConvQueue {
     next: u64,
     waiting: VecDeque<u64>,
 }
@@ -341,7 +449,7 @@ impl ConvQueue {
 
 #[cfg(test)]
 mod tests {
-    use super::{ConvQueue, Role, Zones};
+    use super::{ChunkId, ConvQueue, Role, Zones};
     use zbd::{Zone, ZoneCondition, ZoneType};
 
     /// `n` empty sequential zones of 1 MiB, no reserve.
@@ -365,7 +473,7 @@ mod tests {
     #[test]
     fn a_flush_promotes_only_the_frees_it_covered() {
         let mut z = seq_zones(2);
-        let a = z.alloc_seq(Role::Data, 0).unwrap();
+        let a = z.alloc_seq(Role::Data, ChunkId(0)).unwrap();
         z.release(a, 5);
         // A flush that covered record 5 starts...
         let cands = z.flushable_frees(6);
@@ -373,12 +481,12 @@ mod tests {
         // ...while another flush promotes the zone, which is reused and freed again by
         // record 9, not durable yet.
         assert_eq!(z.promote(&z.flushable_frees(6)), 1);
-        let reused = (0..2).find_map(|_| z.alloc_seq(Role::Data, 1).filter(|&x| x == a));
+        let reused = (0..2).find_map(|_| z.alloc_seq(Role::Data, ChunkId(1)).filter(|&x| x == a));
         assert_eq!(reused, Some(a));
         z.release(a, 9);
         // The first flush finishing must leave the zone pending.
         assert_eq!(z.promote(&cands), 0);
-        assert_eq!(z.z[a as usize].role, Role::PendingFree);
+        assert_eq!(z.get(a).role, Role::PendingFree);
         assert_eq!(z.promote(&z.flushable_frees(10)), 1);
     }
 

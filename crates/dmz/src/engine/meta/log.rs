@@ -7,186 +7,39 @@
 //! carries a header; records never span blocks, and one logical operation's records always
 //! sit in one block, so a block is applied whole or not at all.
 
-use crate::format::BLOCK;
+use zerocopy::byteorder::little_endian::{U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use super::super::ids::BLOCK;
+use super::record::{Reader, Rec};
 
 pub(super) const LOG_MAGIC: u32 = 0x474C_5A44; // "DZLG"
-pub(super) const NONE: u32 = u32::MAX;
-/// Blocks one Write record (and one device write) covers at most: 1 MiB, 1 KiB of CRCs.
-pub(super) const MAX_WRITE_BLOCKS: u32 = 256;
+const LOG_VERSION: u32 = 1;
 
-// Header layout (little-endian).
-const H_MAGIC: usize = 0;
-const H_VERSION: usize = 4;
-const H_CRC: usize = 8;
-const H_NR: usize = 12;
-const H_UUID: usize = 16;
-const H_EPOCH: usize = 32;
-const H_BLOCK: usize = 40;
-const H_FIRST_SEQ: usize = 48;
-const H_EPOCH_START: usize = 56;
-const H_FLUSHED: usize = 64;
-const H_USED: usize = 72;
-pub(super) const HEADER: usize = 80;
+/// The header at the start of every log block (docs/design.md, "Metadata log block").
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+struct RawHeader {
+    magic: U32,
+    version: U32,
+    /// CRC-32 (crc32fast / zlib) of the whole block with this field zero.
+    crc: U32,
+    nr_records: U32,
+    uuid: [u8; 16],
+    epoch: U64,
+    block: U64,
+    first_seq: U64,
+    epoch_start_seq: U64,
+    flushed_seq: U64,
+    payload_bytes: U32,
+    reserved: U32,
+}
+
+pub(super) const HEADER: usize = std::mem::size_of::<RawHeader>();
+const _: () = assert!(HEADER == 80);
+const CRC_AT: usize = std::mem::offset_of!(RawHeader, crc);
 /// Bytes available for records in one block.
 pub(super) const PAYLOAD: usize = BLOCK - HEADER;
-
-/// One logged change. Zone and block numbers are zone ids and in-zone 4 KiB blocks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Rec {
-    /// The chunk now maps to `dzone` (+ `bzone`); `NONE` for unmapped.
-    Map { chunk: u32, dzone: u32, bzone: u32 },
-    /// `crcs.len()` blocks at `block` of `zone` were written (CRC-32 of each block in
-    /// `crcs`, so replay can check every block on its own) and are now valid; the same
-    /// blocks of `other` (the chunk's other zone, or `NONE`) are now invalid.
-    Write {
-        zone: u32,
-        block: u32,
-        other: u32,
-        crcs: Vec<u32>,
-    },
-    /// Blocks no longer valid (discard, write-zeroes).
-    Invalidate { zone: u32, block: u32, count: u32 },
-    /// The zone holds nothing and belongs to no chunk.
-    Free { zone: u32 },
-    /// Reclaim: the data of `srcs` was copied into `dst` and flushed; `dst |= srcs`
-    /// (bitmaps), the sources are freed, and the chunk maps to `dzone`/`bzone`.
-    Reclaim {
-        chunk: u32,
-        dst: u32,
-        srcs: Vec<u32>,
-        dzone: u32,
-        bzone: u32,
-    },
-}
-
-const T_MAP: u8 = 1;
-const T_WRITE: u8 = 2;
-const T_INVAL: u8 = 3;
-const T_FREE: u8 = 4;
-const T_RECLAIM: u8 = 5;
-
-impl Rec {
-    pub(super) fn encode(&self, out: &mut Vec<u8>) {
-        let put = |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&v.to_le_bytes());
-        match self {
-            Rec::Map {
-                chunk,
-                dzone,
-                bzone,
-            } => {
-                out.push(T_MAP);
-                put(out, *chunk);
-                put(out, *dzone);
-                put(out, *bzone);
-            }
-            Rec::Write {
-                zone,
-                block,
-                other,
-                crcs,
-            } => {
-                out.push(T_WRITE);
-                for v in [*zone, *block, *other, crcs.len() as u32] {
-                    put(out, v);
-                }
-                for c in crcs {
-                    put(out, *c);
-                }
-            }
-            Rec::Invalidate { zone, block, count } => {
-                out.push(T_INVAL);
-                for v in [*zone, *block, *count] {
-                    put(out, v);
-                }
-            }
-            Rec::Free { zone } => {
-                out.push(T_FREE);
-                put(out, *zone);
-            }
-            Rec::Reclaim {
-                chunk,
-                dst,
-                srcs,
-                dzone,
-                bzone,
-            } => {
-                out.push(T_RECLAIM);
-                put(out, *chunk);
-                put(out, *dst);
-                out.push(srcs.len() as u8);
-                for s in srcs {
-                    put(out, *s);
-                }
-                put(out, *dzone);
-                put(out, *bzone);
-            }
-        }
-    }
-
-    /// Decode one record at `*pos`, advancing it; None on garbage.
-    fn decode(b: &[u8], pos: &mut usize) -> Option<Rec> {
-        let get = |pos: &mut usize| -> Option<u32> {
-            let v = b.get(*pos..*pos + 4)?;
-            *pos += 4;
-            Some(u32::from_le_bytes(v.try_into().ok()?))
-        };
-        let t = *b.get(*pos)?;
-        *pos += 1;
-        Some(match t {
-            T_MAP => Rec::Map {
-                chunk: get(pos)?,
-                dzone: get(pos)?,
-                bzone: get(pos)?,
-            },
-            T_WRITE => {
-                let zone = get(pos)?;
-                let block = get(pos)?;
-                let other = get(pos)?;
-                let n = get(pos)? as usize;
-                if n > MAX_WRITE_BLOCKS as usize {
-                    return None;
-                }
-                let mut crcs = Vec::with_capacity(n);
-                for _ in 0..n {
-                    crcs.push(get(pos)?);
-                }
-                Rec::Write {
-                    zone,
-                    block,
-                    other,
-                    crcs,
-                }
-            }
-            T_INVAL => Rec::Invalidate {
-                zone: get(pos)?,
-                block: get(pos)?,
-                count: get(pos)?,
-            },
-            T_FREE => Rec::Free { zone: get(pos)? },
-            T_RECLAIM => {
-                let chunk = get(pos)?;
-                let dst = get(pos)?;
-                let n = *b.get(*pos)? as usize;
-                *pos += 1;
-                if n > 2 {
-                    return None;
-                }
-                let mut srcs = Vec::with_capacity(n);
-                for _ in 0..n {
-                    srcs.push(get(pos)?);
-                }
-                Rec::Reclaim {
-                    chunk,
-                    dst,
-                    srcs,
-                    dzone: get(pos)?,
-                    bzone: get(pos)?,
-                }
-            }
-            _ => return None,
-        })
-    }
-}
 
 /// The header fields of one log block.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,68 +60,66 @@ pub(super) struct BlockHeader {
 /// Build a block image: header + encoded records (`payload`, `nr` of them).
 pub(super) fn encode_block(h: &BlockHeader, payload: &[u8], nr: u32) -> Box<[u8; BLOCK]> {
     assert!(payload.len() <= PAYLOAD);
+    let raw = RawHeader {
+        magic: LOG_MAGIC.into(),
+        version: LOG_VERSION.into(),
+        crc: 0.into(),
+        nr_records: nr.into(),
+        uuid: h.uuid,
+        epoch: h.epoch.into(),
+        block: h.block.into(),
+        first_seq: h.first_seq.into(),
+        epoch_start_seq: h.epoch_start_seq.into(),
+        flushed_seq: h.flushed_seq.into(),
+        payload_bytes: (payload.len() as u32).into(),
+        reserved: 0.into(),
+    };
     let mut b = Box::new([0u8; BLOCK]);
-    b[H_MAGIC..H_MAGIC + 4].copy_from_slice(&LOG_MAGIC.to_le_bytes());
-    b[H_VERSION..H_VERSION + 4].copy_from_slice(&1u32.to_le_bytes());
-    b[H_NR..H_NR + 4].copy_from_slice(&nr.to_le_bytes());
-    b[H_UUID..H_UUID + 16].copy_from_slice(&h.uuid);
-    b[H_EPOCH..H_EPOCH + 8].copy_from_slice(&h.epoch.to_le_bytes());
-    b[H_BLOCK..H_BLOCK + 8].copy_from_slice(&h.block.to_le_bytes());
-    b[H_FIRST_SEQ..H_FIRST_SEQ + 8].copy_from_slice(&h.first_seq.to_le_bytes());
-    b[H_EPOCH_START..H_EPOCH_START + 8].copy_from_slice(&h.epoch_start_seq.to_le_bytes());
-    b[H_FLUSHED..H_FLUSHED + 8].copy_from_slice(&h.flushed_seq.to_le_bytes());
-    b[H_USED..H_USED + 4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    b[..HEADER].copy_from_slice(raw.as_bytes());
     b[HEADER..HEADER + payload.len()].copy_from_slice(payload);
     let crc = crc32fast::hash(&b[..]);
-    b[H_CRC..H_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+    b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     b
-}
-
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
-}
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
 }
 
 /// Decode a block: header and records, or None when it is not a valid log block (bad magic
 /// or CRC, undecodable records).
 pub(super) fn decode_block(b: &[u8]) -> Option<(BlockHeader, Vec<Rec>)> {
-    if b.len() != BLOCK || u32_at(b, H_MAGIC) != LOG_MAGIC || u32_at(b, H_VERSION) != 1 {
+    if b.len() != BLOCK {
         return None;
     }
-    let stored = u32_at(b, H_CRC);
+    let (raw, _) = RawHeader::ref_from_prefix(b).ok()?;
+    if raw.magic.get() != LOG_MAGIC || raw.version.get() != LOG_VERSION {
+        return None;
+    }
     let mut h = crc32fast::Hasher::new();
-    h.update(&b[..H_CRC]);
+    h.update(&b[..CRC_AT]);
     h.update(&[0; 4]);
-    h.update(&b[H_CRC + 4..]);
-    if h.finalize() != stored {
+    h.update(&b[CRC_AT + 4..]);
+    if h.finalize() != raw.crc.get() {
         return None;
     }
-    let nr = u32_at(b, H_NR);
-    let used = u32_at(b, H_USED) as usize;
+    let used = raw.payload_bytes.get() as usize;
     if used > PAYLOAD {
         return None;
     }
-    let payload = &b[HEADER..HEADER + used];
-    let mut pos = 0;
-    let mut recs = Vec::with_capacity(nr as usize);
+    let mut r = Reader::new(&b[HEADER..HEADER + used]);
+    let nr = raw.nr_records.get();
+    let mut recs = Vec::with_capacity(nr.min(PAYLOAD as u32) as usize);
     for _ in 0..nr {
-        recs.push(Rec::decode(payload, &mut pos)?);
+        recs.push(Rec::decode(&mut r)?);
     }
-    if pos != used {
+    if r.pos != used {
         return None;
     }
-    let mut uuid = [0u8; 16];
-    uuid.copy_from_slice(&b[H_UUID..H_UUID + 16]);
     Some((
         BlockHeader {
-            uuid,
-            epoch: u64_at(b, H_EPOCH),
-            block: u64_at(b, H_BLOCK),
-            first_seq: u64_at(b, H_FIRST_SEQ),
-            epoch_start_seq: u64_at(b, H_EPOCH_START),
-            flushed_seq: u64_at(b, H_FLUSHED),
+            uuid: raw.uuid,
+            epoch: raw.epoch.get(),
+            block: raw.block.get(),
+            first_seq: raw.first_seq.get(),
+            epoch_start_seq: raw.epoch_start_seq.get(),
+            flushed_seq: raw.flushed_seq.get(),
         },
         recs,
     ))
@@ -276,36 +127,36 @@ pub(super) fn decode_block(b: &[u8]) -> Option<(BlockHeader, Vec<Rec>)> {
 
 /// In-memory tail of the log: the block being filled and the full blocks not yet written.
 pub(super) struct LogBuf {
-    pub uuid: [u8; 16],
-    pub epoch: u64,
+    pub(super) uuid: [u8; 16],
+    pub(super) epoch: u64,
     /// Blocks per half.
-    pub cap: u64,
+    pub(super) cap: u64,
     /// Absolute 4 KiB block of block 0 of each half (the tail of set 0 and set 1).
-    pub base: [u64; 2],
-    pub cur_idx: u64,
-    pub cur_first_seq: u64,
-    pub cur_payload: Vec<u8>,
-    pub cur_nr: u32,
+    pub(super) base: [u64; 2],
+    pub(super) cur_idx: u64,
+    pub(super) cur_first_seq: u64,
+    pub(super) cur_payload: Vec<u8>,
+    pub(super) cur_nr: u32,
     /// Records of the current block in the last image of it handed out for writing.
-    pub cur_written: u32,
+    pub(super) cur_written: u32,
     /// Sealed blocks waiting to be written: (absolute block, image).
-    pub sealed: Vec<(u64, Box<[u8; BLOCK]>)>,
-    pub next_seq: u64,
-    pub epoch_start_seq: u64,
+    pub(super) sealed: Vec<(u64, Box<[u8; BLOCK]>)>,
+    pub(super) next_seq: u64,
+    pub(super) epoch_start_seq: u64,
     /// Records below this were covered by a completed device flush.
-    pub flushed_seq: u64,
+    pub(super) flushed_seq: u64,
     /// A durable log block proves records below this were flushed (see design.md).
-    pub evidence_seq: u64,
+    pub(super) evidence_seq: u64,
     /// Records below this are folded into the committed sets.
-    pub folded_seq: u64,
+    pub(super) folded_seq: u64,
     /// Records below this are written to the device (not necessarily durable).
-    pub written_seq: u64,
+    pub(super) written_seq: u64,
     /// `flushed_seq` carried by the last log block written.
-    pub written_header_flushed: u64,
-    pub blocks_written: u64,
+    pub(super) written_header_flushed: u64,
+    pub(super) blocks_written: u64,
     /// Force the next commit to start a new epoch (set at load: the replayed halves must
     /// not be appended to).
-    pub needs_switch: bool,
+    pub(super) needs_switch: bool,
 }
 
 impl LogBuf {
@@ -446,35 +297,33 @@ pub(super) fn scan_half(
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::ids::{ChunkId, Mapping, ZoneId};
+    use super::super::record::{FreeRec, MapRec, ReclaimRec, WriteRec};
     use super::*;
 
     #[test]
     fn records_round_trip_and_crc_guards_block() {
-        let recs = vec![
-            Rec::Map {
-                chunk: 3,
-                dzone: 9,
-                bzone: NONE,
-            },
-            Rec::Write {
-                zone: 9,
+        let recs: Vec<Rec> = vec![
+            MapRec {
+                chunk: ChunkId(3),
+                map: Mapping::data(ZoneId(9)),
+            }
+            .into(),
+            WriteRec {
+                zone: ZoneId(9),
                 block: 1,
-                other: NONE,
+                other: None,
                 crcs: vec![1, 2, 0xdead_beef],
-            },
-            Rec::Invalidate {
-                zone: 2,
-                block: 7,
-                count: 1,
-            },
-            Rec::Free { zone: 5 },
-            Rec::Reclaim {
-                chunk: 1,
-                dst: 4,
-                srcs: vec![6, 7],
-                dzone: 4,
-                bzone: NONE,
-            },
+            }
+            .into(),
+            FreeRec { zone: ZoneId(5) }.into(),
+            ReclaimRec {
+                chunk: ChunkId(1),
+                dst: ZoneId(4),
+                srcs: vec![ZoneId(6), ZoneId(7)],
+                map: Mapping::data(ZoneId(4)),
+            }
+            .into(),
         ];
         let mut payload = Vec::new();
         for r in &recs {
@@ -520,7 +369,7 @@ mod tests {
             needs_switch: false,
         };
         for i in 0..3 {
-            lb.append(&[Rec::Free { zone: i }]);
+            lb.append(&[FreeRec { zone: ZoneId(i) }.into()]);
             lb.seal(false);
         }
         let blocks = lb.take_pending();

@@ -6,12 +6,25 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use zbd::ZonedDevice;
 
-use crate::format::{
-    clear_bit, encode_map_block, set_bit, test_bit, Layout, MapEntry, BLOCK, MAP_ENTRIES_PER_BLOCK,
-};
+use bitvec::prelude::{BitSlice, BitVec, Lsb0};
+
+use crate::format::{encode_map_block, Layout, MapEntry, MAP_ENTRIES_PER_BLOCK};
 use crate::sets;
 
-use super::EngineError;
+use super::super::ids::{ChunkId, Mapping, ZoneId, BLOCK};
+use super::super::EngineError;
+
+/// Validity bits of a range of blocks, first block first (dm-zoned's bit order: least
+/// significant bit of each byte first).
+pub(in crate::engine) type Bits = BitVec<u8, Lsb0>;
+
+fn view(data: &[u8; BLOCK]) -> &BitSlice<u8, Lsb0> {
+    BitSlice::from_slice(&data[..])
+}
+
+fn view_mut(data: &mut [u8; BLOCK]) -> &mut BitSlice<u8, Lsb0> {
+    BitSlice::from_slice_mut(&mut data[..])
+}
 
 struct Entry {
     data: Box<[u8; BLOCK]>,
@@ -29,16 +42,16 @@ pub(super) struct SnapBlock {
 }
 
 pub(super) struct MetaCache {
-    pub layout: Layout,
-    pub map: Vec<MapEntry>,
+    layout: Layout,
+    /// The map as the v2 sets store it (0xFFFFFFFF: no zone); [`Mapping`] outside.
+    map: Vec<MapEntry>,
     dirty_map: BTreeSet<u32>,
     blocks: HashMap<u32, Entry>,
     lru: BTreeMap<u64, u32>,
     tick: u64,
     gen: u64,
     limit: usize,
-    pub dirty_bitmaps: usize,
-    pub misses: u64,
+    dirty_bitmaps: usize,
 }
 
 impl MetaCache {
@@ -53,7 +66,6 @@ impl MetaCache {
             gen: 0,
             limit: limit.max(4),
             dirty_bitmaps: 0,
-            misses: 0,
         }
     }
 
@@ -70,9 +82,30 @@ impl MetaCache {
         self.blocks.len()
     }
 
-    pub fn set_map(&mut self, chunk: u32, e: MapEntry) {
-        self.map[chunk as usize] = e;
-        self.dirty_map.insert(self.layout.map_block(chunk).0);
+    pub fn nr_chunks(&self) -> u32 {
+        self.map.len() as u32
+    }
+
+    pub fn mapping(&self, chunk: ChunkId) -> Mapping {
+        Mapping::from_disk(self.map[chunk.idx()])
+    }
+
+    /// Every chunk with its mapping, mapped or not.
+    pub fn mappings(&self) -> impl Iterator<Item = (ChunkId, Mapping)> + '_ {
+        self.map
+            .iter()
+            .enumerate()
+            .map(|(c, e)| (ChunkId(c as u32), Mapping::from_disk(*e)))
+    }
+
+    pub fn set_map(&mut self, chunk: ChunkId, m: Mapping) {
+        self.map[chunk.idx()] = m.to_disk();
+        self.dirty_map.insert(self.layout.map_block(chunk.0).0);
+    }
+
+    /// Dirty bitmap blocks (pinned until the next commit).
+    pub fn dirty_bitmaps(&self) -> usize {
+        self.dirty_bitmaps
     }
 
     pub fn is_dirty(&self) -> bool {
@@ -82,7 +115,6 @@ impl MetaCache {
     /// Make bitmap block `mblk` resident (reading set 0 on a miss) and return it.
     fn get(&mut self, dev: &dyn ZonedDevice, mblk: u32) -> Result<&mut Entry, EngineError> {
         if !self.blocks.contains_key(&mblk) {
-            self.misses += 1;
             let mut data = Box::new([0u8; BLOCK]);
             sets::read_meta_blocks(dev, &self.layout, 0, mblk, &mut data[..])?;
             // Make room first: the block asked for must stay resident.
@@ -135,7 +167,7 @@ impl MetaCache {
     }
 
     /// Split blocks `[block, block + n)` of `zone` into (bitmap block, first bit, count).
-    fn pieces(&self, zone: u32, block: u32, n: u32) -> Vec<(u32, u32, u32)> {
+    fn pieces(&self, zone: ZoneId, block: u32, n: u32) -> Vec<(u32, u32, u32)> {
         let per = crate::format::BITS_PER_BITMAP_BLOCK;
         let mut out = Vec::new();
         let mut b = block;
@@ -143,7 +175,7 @@ impl MetaCache {
         while b < end {
             let bit = b % per;
             let cnt = (per - bit).min(end - b);
-            out.push((self.layout.bitmap_block(zone, b), bit, cnt));
+            out.push((self.layout.bitmap_block(zone.0, b), bit, cnt));
             b += cnt;
         }
         out
@@ -153,7 +185,7 @@ impl MetaCache {
     pub fn set_range(
         &mut self,
         dev: &dyn ZonedDevice,
-        zone: u32,
+        zone: ZoneId,
         block: u32,
         n: u32,
         valid: bool,
@@ -161,18 +193,11 @@ impl MetaCache {
         let mut changed = 0;
         for (mblk, bit, cnt) in self.pieces(zone, block, n) {
             let e = self.get(dev, mblk)?;
-            let mut c = 0;
-            for i in bit..bit + cnt {
-                if test_bit(&e.data[..], i) != valid {
-                    if valid {
-                        set_bit(&mut e.data[..], i);
-                    } else {
-                        clear_bit(&mut e.data[..], i);
-                    }
-                    c += 1;
-                }
-            }
+            let r = &mut view_mut(&mut e.data)[bit as usize..(bit + cnt) as usize];
+            let set = r.count_ones() as u32;
+            let c = if valid { cnt - set } else { set };
             if c > 0 {
+                r.fill(valid);
                 self.mark_dirty(mblk);
             }
             changed += c;
@@ -180,44 +205,34 @@ impl MetaCache {
         Ok(changed)
     }
 
-    /// Validity of blocks `[block, block + n)` of `zone`, appended to `out`.
+    /// Validity of blocks `[block, block + n)` of `zone`.
     pub fn bits(
         &mut self,
         dev: &dyn ZonedDevice,
-        zone: u32,
+        zone: ZoneId,
         block: u32,
         n: u32,
-        out: &mut Vec<bool>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Bits, EngineError> {
+        let mut out = Bits::with_capacity(n as usize);
         for (mblk, bit, cnt) in self.pieces(zone, block, n) {
             let e = self.get(dev, mblk)?;
-            out.extend((bit..bit + cnt).map(|i| test_bit(&e.data[..], i)));
+            out.extend_from_bitslice(&view(&e.data)[bit as usize..(bit + cnt) as usize]);
         }
-        Ok(())
+        Ok(out)
     }
 
     /// `dst |= src` over a whole zone, then clear `src`. Returns the bits newly set in dst.
     pub fn merge_zone(
         &mut self,
         dev: &dyn ZonedDevice,
-        dst: u32,
-        src: u32,
+        dst: ZoneId,
+        src: ZoneId,
     ) -> Result<u32, EngineError> {
         let zb = self.layout.zone_blocks;
-        let mut bits = Vec::with_capacity(zb as usize);
-        self.bits(dev, src, 0, zb, &mut bits)?;
+        let bits = self.bits(dev, src, 0, zb)?;
         let mut added = 0;
-        let mut i = 0u32;
-        while i < zb {
-            if !bits[i as usize] {
-                i += 1;
-                continue;
-            }
-            let s = i;
-            while i < zb && bits[i as usize] {
-                i += 1;
-            }
-            added += self.set_range(dev, dst, s, i - s, true)?;
+        for (s, len) in runs_of_ones(&bits) {
+            added += self.set_range(dev, dst, s, len, true)?;
         }
         self.set_range(dev, src, 0, zb, false)?;
         Ok(added)
@@ -266,5 +281,34 @@ impl MetaCache {
             }
         }
         self.evict();
+    }
+}
+
+/// The runs of set bits: (first, length).
+pub(in crate::engine) fn runs_of_ones(bits: &BitSlice<u8, Lsb0>) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(s) = bits[i..].first_one() {
+        let s = i + s;
+        let len = bits[s..].first_zero().unwrap_or(bits.len() - s);
+        out.push((s as u32, len as u32));
+        i = s + len;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{runs_of_ones, Bits};
+
+    #[test]
+    fn runs_of_ones_finds_every_run() {
+        let mut b = Bits::repeat(false, 20);
+        for i in [0, 1, 2, 7, 10, 11, 19] {
+            b.set(i, true);
+        }
+        assert_eq!(runs_of_ones(&b), vec![(0, 3), (7, 1), (10, 2), (19, 1)]);
+        assert!(runs_of_ones(&Bits::repeat(false, 9)).is_empty());
+        assert_eq!(runs_of_ones(&Bits::repeat(true, 9)), vec![(0, 9)]);
     }
 }

@@ -1,0 +1,320 @@
+//! Durability, in one place: writing the log (group commit), the one device flush every
+//! path uses ([`dev_flush`]: a failed flush stops the engine, wherever it happens), flush and
+//! FUA with the evidence rule and the promotion of freed zones, and the two-phase commit
+//! into the v2 sets with its thread. The ordering rules are in docs/design.md, "Commit and
+//! crash ordering".
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::MutexGuard;
+use tracing::{debug, warn};
+
+use crate::sets;
+
+use super::super::ids::{BLOCK, IO_BATCH_BLOCKS};
+use super::super::{EngineError, Inner, State};
+use super::cache::SnapBlock;
+use super::log::PAYLOAD;
+use super::record::{Ctx, Rec};
+
+/// Write every record appended so far (sealing the current block when `seal`, even an
+/// empty one when `force`). Returns (records written below, flushed_seq in the last block).
+pub(in crate::engine) fn log_sync(
+    inner: &Inner,
+    upto: u64,
+    seal: bool,
+    force: bool,
+) -> Result<(u64, u64), EngineError> {
+    let _w = inner.log_write.lock();
+    // A log write that failed under this lock dropped the records it had taken, ours
+    // possibly among them: never report them written.
+    inner.check_failed()?;
+    let (pending, next, hdr) = {
+        let mut st = inner.state.lock();
+        if !seal && st.meta.log.written_seq >= upto {
+            return Ok((st.meta.log.written_seq, st.meta.log.written_header_flushed));
+        }
+        if seal {
+            st.meta.log.seal(force);
+        }
+        (
+            st.meta.log.take_pending(),
+            st.meta.log.next_seq,
+            st.meta.log.flushed_seq,
+        )
+    };
+    write_blocks(inner, &pending)?;
+    let mut st = inner.state.lock();
+    st.meta.log.written_seq = st.meta.log.written_seq.max(next);
+    if !pending.is_empty() {
+        st.meta.log.written_header_flushed = hdr;
+        st.meta.log.blocks_written += pending.len() as u64;
+    }
+    Ok((st.meta.log.written_seq, st.meta.log.written_header_flushed))
+}
+
+/// Write log block images, merging contiguous blocks that stay within one zone.
+fn write_blocks(inner: &Inner, blocks: &[(u64, Box<[u8; BLOCK]>)]) -> Result<(), EngineError> {
+    let zb = inner.zone_blocks as u64;
+    let mut i = 0;
+    while i < blocks.len() {
+        let start = blocks[i].0;
+        let mut j = i + 1;
+        while j < blocks.len()
+            && blocks[j].0 == blocks[j - 1].0 + 1
+            && blocks[j].0 / zb == start / zb
+        {
+            j += 1;
+        }
+        let bufs: Vec<&[u8]> = blocks[i..j].iter().map(|b| &b.1[..]).collect();
+        inner
+            .dev
+            .writev_at(&bufs, start * BLOCK as u64)
+            .inspect_err(|e| inner.fail(&EngineError::Meta(format!("log write: {e}"))))?;
+        inner
+            .stats
+            .dev_bytes
+            .fetch_add(((j - i) * BLOCK) as u64, Ordering::Relaxed);
+        i = j;
+    }
+    Ok(())
+}
+
+/// Flush: write out the log (sealing its block: a block a flush covered is never written
+/// again), flush the device, then let zones freed by now-durable records be reused.
+/// `evidence` forces a block carrying the latest flushed sequence number (see design.md).
+pub(in crate::engine) fn flush(inner: &Inner, evidence: bool) -> Result<(), EngineError> {
+    if evidence && !inner.state.lock().meta.log.has_room(PAYLOAD) {
+        // No room left for a proof block in this half: fold the log instead.
+        return commit(inner);
+    }
+    let (written, hdr) = log_sync(inner, u64::MAX, true, evidence)?;
+    let cands = inner.state.lock().meta.zones.flushable_frees(written);
+    dev_flush(inner)?;
+    let need_proof = {
+        let mut st = inner.state.lock();
+        st.meta.log.flushed_seq = st.meta.log.flushed_seq.max(written);
+        st.meta.log.evidence_seq = st.meta.log.evidence_seq.max(hdr);
+        let floor = st.meta.log.evidence_seq.max(st.meta.log.folded_seq);
+        cands
+            .iter()
+            .any(|&(z, _)| st.meta.zones.get(z).last_seq >= floor.max(1))
+    };
+    if need_proof && !inner.state.lock().meta.log.has_room(PAYLOAD) {
+        // The commit promotes the zones itself once their records are folded.
+        return commit(inner);
+    }
+    if need_proof {
+        // A freed zone gets overwritten once reused: replay must then trust (not check) the
+        // records that validated its old contents, so make a block proving their flush
+        // durable first.
+        let (_, hdr) = log_sync(inner, u64::MAX, true, true)?;
+        dev_flush(inner)?;
+        let mut st = inner.state.lock();
+        st.meta.log.evidence_seq = st.meta.log.evidence_seq.max(hdr);
+    }
+    let mut st = inner.state.lock();
+    if st.meta.zones.promote(&cands) > 0 {
+        inner.free_cv.notify_all();
+    }
+    Ok(())
+}
+
+/// Flush the device: every write completed before it is durable after it. The one place
+/// the engine flushes its backend. A failed flush stops the engine, whoever asked for it (a
+/// user flush, a write emptying a zone, reclaim before its record, a commit): the device
+/// may have dropped any write it covered, and a later flush succeeding would not bring them
+/// back (as Linux treats a failed fsync).
+pub(in crate::engine) fn dev_flush(inner: &Inner) -> Result<(), EngineError> {
+    inner.dev.flush().map_err(|e| {
+        let err = EngineError::Device(e);
+        inner.fail(&EngineError::Meta(format!("device flush: {err}")));
+        err
+    })
+}
+
+/// Fold everything logged so far into the v2 sets (dm-zoned's two-phase commit: set 1
+/// first, then set 0, a device flush after each step) and start the next log epoch.
+pub(in crate::engine) fn commit(inner: &Inner) -> Result<(), EngineError> {
+    inner.check_failed()?;
+    let _c = inner.commit_lock.lock();
+    let (snap, new_gen, start_seq, cands) = {
+        let _w = inner.log_write.lock();
+        // Everything of this epoch goes out before the switch, so a later epoch's records
+        // can only be durable if this epoch's are. Appends do not take `log_write`, so
+        // repeat until nothing is left, then switch under the state lock.
+        let mut st = inner.state.lock();
+        loop {
+            st.meta.log.seal(false);
+            let pending = st.meta.log.take_pending();
+            if pending.is_empty() {
+                break;
+            }
+            let n = pending.len() as u64;
+            MutexGuard::unlocked(&mut st, || write_blocks(inner, &pending))?;
+            st.meta.log.blocks_written += n;
+        }
+        let next = st.meta.log.next_seq;
+        st.meta.log.written_seq = next;
+        if !st.meta.cache.is_dirty()
+            && st.meta.log.epoch_start_seq == next
+            && !st.meta.log.needs_switch
+        {
+            return Ok(());
+        }
+        let snap = st.meta.cache.snapshot();
+        let new_gen = st.meta.log.epoch + 1;
+        st.meta.log.switch_epoch(new_gen);
+        st.meta.log.needs_switch = false;
+        inner.bg.lock().dirty_since = None;
+        let cands = st.meta.zones.flushable_frees(next);
+        (snap, new_gen, next, cands)
+    };
+    let res = write_sets(inner, &snap, new_gen);
+    if let Err(e) = res {
+        inner.fail(&e);
+        return Err(e);
+    }
+    let mut st = inner.state.lock();
+    st.meta.cache.commit_done(&snap);
+    st.meta.log.folded_seq = start_seq;
+    st.meta.log.flushed_seq = st.meta.log.flushed_seq.max(start_seq);
+    if st.meta.zones.promote(&cands) > 0 {
+        inner.free_cv.notify_all();
+    }
+    drop(st);
+    inner.stats.commits.fetch_add(1, Ordering::Relaxed);
+    debug!(gen = new_gen, blocks = snap.len(), "committed");
+    Ok(())
+}
+
+fn write_sets(inner: &Inner, snap: &[SnapBlock], gen: u64) -> Result<(), EngineError> {
+    let dev = &*inner.dev;
+    // The data (and log) the snapshot points at must be durable before any set says so.
+    dev_flush(inner)?;
+    let mut sb = inner.sb.lock().clone();
+    sb.gen = gen;
+    for set in [1usize, 0] {
+        let mut i = 0;
+        while i < snap.len() {
+            let mut j = i + 1;
+            while j < snap.len()
+                && snap[j].mblk == snap[j - 1].mblk + 1
+                && j - i < IO_BATCH_BLOCKS as usize
+            {
+                j += 1;
+            }
+            let mut buf = Vec::with_capacity((j - i) * BLOCK);
+            for b in &snap[i..j] {
+                buf.extend_from_slice(&b.data[..]);
+            }
+            sets::write_meta_blocks(dev, &inner.layout, set, snap[i].mblk, &buf)?;
+            inner
+                .stats
+                .dev_bytes
+                .fetch_add(buf.len() as u64, Ordering::Relaxed);
+            i = j;
+        }
+        dev_flush(inner)?;
+        sets::write_superblock(dev, &inner.layout, set, &sb)?;
+        dev_flush(inner)?;
+    }
+    *inner.sb.lock() = sb;
+    Ok(())
+}
+
+/// The commit thread: sleeps on a condvar (no wakeups while clean), commits when the
+/// interval since the first change has passed, or when asked (log half filling up).
+pub(in crate::engine) fn commit_thread(inner: &Arc<Inner>) {
+    loop {
+        {
+            let mut bg = inner.bg.lock();
+            loop {
+                if bg.stop {
+                    return;
+                }
+                if bg.commit_wanted {
+                    bg.commit_wanted = false;
+                    break;
+                }
+                match bg.dirty_since {
+                    None => inner.bg_cv.wait(&mut bg),
+                    Some(t) => {
+                        let due = t + inner.opts.commit_interval;
+                        if Instant::now() >= due {
+                            break;
+                        }
+                        inner.bg_cv.wait_until(&mut bg, due);
+                    }
+                }
+            }
+        }
+        if inner.check_failed().is_err() {
+            // Nothing more can be made durable; wait for the stop.
+            let mut bg = inner.bg.lock();
+            while !bg.stop {
+                inner.bg_cv.wait(&mut bg);
+            }
+            return;
+        }
+        if let Err(e) = commit(inner) {
+            warn!(error = %e, "periodic commit failed");
+        }
+    }
+}
+
+/// Note that metadata changed: arm the commit timer; ask for an early commit when the log
+/// half is filling up.
+pub(super) fn note_dirty(inner: &Inner, st: &mut State) {
+    let want = st.meta.log.used_pct() >= inner.opts.log_commit_pct
+        || st.meta.cache.dirty_bitmaps() > inner.opts.cache_bitmap_blocks / 2;
+    let mut bg = inner.bg.lock();
+    let first = bg.dirty_since.is_none();
+    if first {
+        bg.dirty_since = Some(Instant::now());
+    }
+    if want && !bg.commit_wanted {
+        bg.commit_wanted = true;
+    } else if !first {
+        return;
+    }
+    drop(bg);
+    inner.bg_cv.notify_all();
+}
+
+/// Append one operation's records atomically with their effect on memory. Commits first
+/// (synchronously) when the log half has no room. Returns the last record's sequence.
+pub(super) fn log_op(
+    inner: &Inner,
+    st: &mut MutexGuard<'_, State>,
+    recs: &[Rec],
+) -> Result<u64, EngineError> {
+    let mut len = 0;
+    {
+        let mut v = Vec::new();
+        for r in recs {
+            r.encode(&mut v);
+        }
+        len += v.len();
+    }
+    let mut tries = 0;
+    while !st.meta.log.has_room(len) {
+        tries += 1;
+        if tries > 3 {
+            return Err(EngineError::Meta("metadata log full".into()));
+        }
+        MutexGuard::unlocked(st, || commit(inner))?;
+    }
+    let first = st.meta.log.next_seq;
+    for (k, r) in recs.iter().enumerate() {
+        if let Err(e) = r.apply(&mut st.meta, &*inner.dev, first + k as u64, Ctx::Live) {
+            inner.fail(&e);
+            return Err(e);
+        }
+    }
+    let last = st.meta.log.append(recs);
+    note_dirty(inner, st);
+    Ok(last)
+}

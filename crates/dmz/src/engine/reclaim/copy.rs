@@ -1,0 +1,118 @@
+//! The copy machinery of reclaim: copying runs of blocks into the destination zone, and
+//! undoing a reclaim that failed before its record.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tracing::warn;
+
+use super::super::ids::{ZoneId, BLOCK, IO_BATCH_BLOCKS};
+use super::super::{EngineError, Inner, Recheck};
+use super::Mode;
+
+/// Where the destination's blocks come from: runs of (first dst block, count, source zone
+/// or `None` for zeros).
+pub(super) type Runs = Vec<(u32, u32, Option<ZoneId>)>;
+
+/// A reclaim failed before its record: nothing names what it wrote into `dst`. A fresh
+/// destination goes back to its pool (or is retired); the write pointers are taken from the
+/// device. If a zone involved went offline or read-only it is retired and the chunk left
+/// as it is (false); any other error stands.
+pub(super) fn abandon(
+    inner: &Inner,
+    dst: ZoneId,
+    fresh: bool,
+    srcs: &[ZoneId],
+    err: EngineError,
+) -> Result<bool, EngineError> {
+    let mut lost = false;
+    let mut dst_known = false;
+    for &z in std::iter::once(&dst).chain(srcs) {
+        let r = inner.recheck_zone(z);
+        lost |= matches!(r, Recheck::Lost(_));
+        if z == dst {
+            dst_known = r != Recheck::Unknown;
+        }
+    }
+    let mut st = inner.state.lock();
+    if fresh {
+        if st.meta.is_retired(dst) {
+            st.meta.disown(dst);
+        } else {
+            if !dst_known {
+                // Its write pointer is unknown: make sure it is reset before reuse.
+                st.meta.set_wp(dst, inner.zone_blocks);
+            }
+            st.meta.give_back(dst);
+        }
+    }
+    drop(st);
+    if lost {
+        warn!(error = %err, %dst, ?srcs, "reclaim: a zone was lost; chunk left as it is");
+        return Ok(false);
+    }
+    Err(err)
+}
+
+/// Copy the runs into `dst` in batches of up to 1 MiB (zeros for holes of a sequential
+/// destination). Returns the blocks written.
+pub(super) fn copy(
+    inner: &Inner,
+    dst: ZoneId,
+    dst_seq: bool,
+    runs: &Runs,
+    mode: Mode,
+) -> Result<u64, EngineError> {
+    const BATCH: u32 = IO_BATCH_BLOCKS;
+    let dev = &*inner.dev;
+    // 4 KiB-aligned, so that an O_DIRECT backend reads and writes it without a bounce copy.
+    let mut store = vec![0u8; (BATCH as usize + 1) * BLOCK];
+    let skip = store.as_ptr().align_offset(BLOCK);
+    let buf = &mut store[skip..skip + BATCH as usize * BLOCK];
+    let mut written = 0u64;
+    inner.stats.reclaim_progress.store(0, Ordering::Relaxed);
+    // Pieces of at most BATCH blocks, never crossing a run.
+    let mut pieces: Vec<(u32, u32, Option<ZoneId>)> = Vec::new();
+    for &(start, len, src) in runs {
+        if src.is_none() && !dst_seq {
+            continue;
+        }
+        let mut o = 0;
+        while o < len {
+            let n = (len - o).min(BATCH);
+            pieces.push((start + o, n, src));
+            o += n;
+        }
+    }
+    let mut i = 0;
+    while i < pieces.len() {
+        // Group contiguous pieces into one write.
+        let first = pieces[i].0;
+        let mut used = 0u32;
+        let mut j = i;
+        while j < pieces.len() && pieces[j].0 == first + used && used + pieces[j].1 <= BATCH {
+            let (b, n, src) = pieces[j];
+            let d = &mut buf[used as usize * BLOCK..(used + n) as usize * BLOCK];
+            match src {
+                None => d.fill(0),
+                Some(src) => dev.read_at(d, inner.zone_offset(src, b))?,
+            }
+            used += n;
+            j += 1;
+        }
+        inner.dev_write(&buf[..used as usize * BLOCK], inner.zone_offset(dst, first))?;
+        written += used as u64;
+        inner
+            .stats
+            .reclaim_progress
+            .store(written, Ordering::Relaxed);
+        i = j;
+        if mode != Mode::Urgent && !inner.opts.reclaim.throttle.is_zero() {
+            let recent = inner.state.lock().last_io.elapsed() < Duration::from_millis(50);
+            if recent {
+                std::thread::sleep(inner.opts.reclaim.throttle);
+            }
+        }
+    }
+    Ok(written)
+}
