@@ -160,6 +160,43 @@ pub(super) struct LogBuf {
 }
 
 impl LogBuf {
+    /// An empty log writing into the tail of epoch `epoch`'s set (`cap` blocks at `base[e %
+    /// 2]`); the next commit is forced to a new epoch (the halves on the device hold replayed
+    /// records that must not be appended to).
+    pub fn new(uuid: [u8; 16], epoch: u64, cap: u64, base: [u64; 2]) -> LogBuf {
+        LogBuf {
+            uuid,
+            epoch,
+            cap,
+            base,
+            cur_idx: 0,
+            cur_first_seq: 0,
+            cur_payload: Vec::new(),
+            cur_nr: 0,
+            cur_written: 0,
+            sealed: Vec::new(),
+            next_seq: 0,
+            epoch_start_seq: 0,
+            flushed_seq: 0,
+            evidence_seq: 0,
+            folded_seq: 0,
+            written_seq: 0,
+            written_header_flushed: 0,
+            blocks_written: 0,
+            needs_switch: true,
+        }
+    }
+
+    /// The next record gets `next_seq`; everything before it is written, flushed and folded.
+    pub fn start_at(&mut self, next_seq: u64) {
+        self.next_seq = next_seq;
+        self.cur_first_seq = next_seq;
+        self.epoch_start_seq = next_seq;
+        self.written_seq = next_seq;
+        self.flushed_seq = next_seq;
+        self.folded_seq = next_seq;
+    }
+
     pub fn half(&self) -> usize {
         (self.epoch % 2) as usize
     }
@@ -297,34 +334,13 @@ pub(super) fn scan_half(
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::ids::{ChunkId, Mapping, ZoneId};
-    use super::super::record::{FreeRec, MapRec, ReclaimRec, WriteRec};
+    use super::super::super::ids::ZoneId;
+    use super::super::record::FreeRec;
     use super::*;
 
     #[test]
     fn records_round_trip_and_crc_guards_block() {
-        let recs: Vec<Rec> = vec![
-            MapRec {
-                chunk: ChunkId(3),
-                map: Mapping::data(ZoneId(9)),
-            }
-            .into(),
-            WriteRec {
-                zone: ZoneId(9),
-                block: 1,
-                other: None,
-                crcs: vec![1, 2, 0xdead_beef],
-            }
-            .into(),
-            FreeRec { zone: ZoneId(5) }.into(),
-            ReclaimRec {
-                chunk: ChunkId(1),
-                dst: ZoneId(4),
-                srcs: vec![ZoneId(6), ZoneId(7)],
-                map: Mapping::data(ZoneId(4)),
-            }
-            .into(),
-        ];
+        let recs = super::super::record::samples();
         let mut payload = Vec::new();
         for r in &recs {
             r.encode(&mut payload);
@@ -347,27 +363,8 @@ mod tests {
 
     #[test]
     fn scan_stops_at_gap_and_foreign_epoch() {
-        let mut lb = LogBuf {
-            uuid: [1; 16],
-            epoch: 4,
-            cap: 8,
-            base: [0, 100],
-            cur_idx: 0,
-            cur_first_seq: 0,
-            cur_payload: Vec::new(),
-            cur_nr: 0,
-            cur_written: 0,
-            sealed: Vec::new(),
-            next_seq: 50,
-            epoch_start_seq: 50,
-            flushed_seq: 0,
-            evidence_seq: 0,
-            folded_seq: 0,
-            written_seq: 0,
-            written_header_flushed: 0,
-            blocks_written: 0,
-            needs_switch: false,
-        };
+        let mut lb = LogBuf::new([1; 16], 4, 8, [0, 100]);
+        lb.start_at(50);
         for i in 0..3 {
             lb.append(&[FreeRec { zone: ZoneId(i) }.into()]);
             lb.seal(false);

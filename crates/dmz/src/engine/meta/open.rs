@@ -304,39 +304,10 @@ impl LogBuf {
                  reformat with a different number of reserved zones"
             )));
         }
-        Ok(LogBuf {
-            uuid: sb.set_uuid,
-            epoch: sb.gen + 1,
-            cap,
-            base: [
-                layout.set_start_block(0) + tail_start,
-                layout.set_start_block(1) + tail_start,
-            ],
-            cur_idx: 0,
-            cur_first_seq: 0,
-            cur_payload: Vec::new(),
-            cur_nr: 0,
-            cur_written: 0,
-            sealed: Vec::new(),
-            next_seq: 0,
-            epoch_start_seq: 0,
-            flushed_seq: 0,
-            evidence_seq: 0,
-            folded_seq: 0,
-            written_seq: 0,
-            written_header_flushed: 0,
-            blocks_written: 0,
-            needs_switch: true,
-        })
-    }
-
-    /// After replay: the next record gets `next_seq`; everything before it is folded.
-    fn start_at(&mut self, next_seq: u64) {
-        self.next_seq = next_seq;
-        self.cur_first_seq = next_seq;
-        self.epoch_start_seq = next_seq;
-        self.written_seq = next_seq;
-        self.flushed_seq = next_seq;
-        self.folded_seq = next_seq;
+        let base = [
+            layout.set_start_block(0) + tail_start,
+            layout.set_start_block(1) + tail_start,
+        ];
+        Ok(LogBuf::new(sb.set_uuid, sb.gen + 1, cap, base))
     }
 }

@@ -492,6 +492,39 @@ pub(super) fn owner_changes(old: Mapping, new: Mapping) -> (Vec<ZoneId>, Vec<(Zo
     (leaving, taking)
 }
 
+/// One record of each type, for tests.
+#[cfg(test)]
+pub(super) fn samples() -> Vec<Rec> {
+    vec![
+        MapRec {
+            chunk: ChunkId(3),
+            map: Mapping::data(ZoneId(9)),
+        }
+        .into(),
+        WriteRec {
+            zone: ZoneId(9),
+            block: 1,
+            other: None,
+            crcs: vec![1, 2, 0xdead_beef],
+        }
+        .into(),
+        InvalidateRec {
+            zone: ZoneId(2),
+            block: 7,
+            count: 1,
+        }
+        .into(),
+        FreeRec { zone: ZoneId(5) }.into(),
+        ReclaimRec {
+            chunk: ChunkId(1),
+            dst: ZoneId(4),
+            srcs: vec![ZoneId(5), ZoneId(6)],
+            map: Mapping::data(ZoneId(4)),
+        }
+        .into(),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -506,40 +539,9 @@ mod tests {
 
     #[test]
     fn every_record_round_trips() {
-        round_trip(
-            MapRec {
-                chunk: ChunkId(3),
-                map: Mapping::data(ZoneId(9)),
-            }
-            .into(),
-        );
-        round_trip(
-            WriteRec {
-                zone: ZoneId(9),
-                block: 1,
-                other: None,
-                crcs: vec![1, 2, 0xdead_beef],
-            }
-            .into(),
-        );
-        round_trip(
-            InvalidateRec {
-                zone: ZoneId(2),
-                block: 7,
-                count: 1,
-            }
-            .into(),
-        );
-        round_trip(FreeRec { zone: ZoneId(5) }.into());
-        round_trip(
-            ReclaimRec {
-                chunk: ChunkId(1),
-                dst: ZoneId(4),
-                srcs: vec![ZoneId(5), ZoneId(6)],
-                map: Mapping::data(ZoneId(4)),
-            }
-            .into(),
-        );
+        for rec in samples() {
+            round_trip(rec);
+        }
     }
 
     #[test]
