@@ -12,9 +12,9 @@
 //! - [`MemDevice`]: the same rules in RAM, for fast tests.
 //! - [`FaultyDevice`]: wraps any of them to inject errors, zone failures and power cuts.
 //!
-//! [`open`] / [`open_exclusive`] recognise a path (image magic, or `queue/zoned`) and lock it
-//! against a second user; [`open_shared`] is for inspection. [`conformance::run`] checks a
-//! device against the rules (destructively).
+//! [`open`] recognises a path (image magic, or `queue/zoned`) and locks it against a second
+//! user; [`open_shared`] is for inspection. [`conformance::run`] checks a device against the
+//! rules (destructively).
 //!
 //! Contract for callers: writes to one sequential zone are issued one at a time, each at
 //! the write pointer left by the previous one (as with the kernel); writes to different
@@ -345,11 +345,6 @@ pub(crate) fn sysfs_queue_attr(path: &Path, attr: &str) -> Option<String> {
 /// with `flock`) or a zoned block device (opened `O_EXCL`). Anything else gets an error that
 /// says what it is. A second exclusive opener gets an "in use" (EBUSY) error.
 pub fn open(path: &Path) -> Result<Box<dyn ZonedDevice>> {
-    open_backend(path, true)
-}
-
-/// Same as [`open`]: named for readers who look for it.
-pub fn open_exclusive(path: &Path) -> Result<Box<dyn ZonedDevice>> {
     open_backend(path, true)
 }
 
