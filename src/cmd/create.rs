@@ -316,7 +316,7 @@ fn mem_backend_size(backend: &str) -> Option<Result<u64, String>> {
     )
 }
 
-fn open_target(spec: &DeviceSpec, _pool: &Arc<workpool::Pool>) -> Result<Opened, String> {
+fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
     if let Some(bytes) = mem_backend_size(&spec.backend) {
         return Ok(simple(frontend::MemTarget::new(bytes?, TEST_CHUNK)));
     }
@@ -386,7 +386,7 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
     daemon::handle_signals(shutdown.clone()).map_err(|e| format!("signal handler: {e}"))?;
     let policy = pool_policy(&spec).map_err(|e| e.to_string())?;
     let pool = Arc::new(workpool::Pool::new("zonedd-io", policy));
-    let opened = open_target(&spec, &pool)?;
+    let opened = open_target(&spec)?;
     let io_stats = Arc::new(frontend::queue::IoStats::default());
     let shared = Arc::new(frontend::queue::QueueShared {
         target: opened.target,
