@@ -16,6 +16,9 @@
 //! user; [`open_shared`] is for inspection. [`conformance::run`] checks a device against the
 //! rules (destructively).
 //!
+//! [`AlignedBuf`] is a byte buffer whose start is 4096-aligned: I/O from or into one goes to
+//! an `O_DIRECT` backend without a bounce copy.
+//!
 //! Contract for callers: writes to one sequential zone are issued one at a time, each at
 //! the write pointer left by the previous one (as with the kernel); writes to different
 //! zones, reads and zone operations on other zones may run concurrently from any thread.
@@ -27,6 +30,7 @@
 use std::fmt;
 use std::path::Path;
 
+mod aligned;
 mod blockdev;
 pub mod conformance;
 mod emulated;
@@ -35,6 +39,7 @@ mod mem;
 mod options;
 mod state;
 
+pub use aligned::AlignedBuf;
 pub use blockdev::{BlkZone, BlkZoneRange, BlkZoneReport, BlockDev};
 pub use emulated::{has_magic, Emulated, MAGIC as EMULATED_MAGIC};
 pub use faulty::{FaultyDevice, Op, OpClass, OpKind};
