@@ -20,7 +20,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
             args.device.display()
         )));
     }
-    let dev = zbd::open_exclusive(&args.device).map_err(super::emulate::cli_error)?;
+    let dev = zbd::open(&args.device).map_err(super::emulate::cli_error)?;
     println!("conformance suite on {}", dev.describe());
     let out = zbd::conformance::run(dev.as_ref(), &mut |name, r| match r {
         Ok(()) if name.contains("(skipped:") => println!("SKIP {name}"),

@@ -294,12 +294,22 @@ impl BlockTarget for EngineTarget {
     }
 }
 
-fn open_target(spec: &DeviceSpec, _pool: &Arc<workpool::Pool>) -> Result<Opened, String> {
-    if let Some(size) = spec.backend.strip_prefix("mem:") {
-        let bytes = frontend::mem::parse_size(size)
+/// The capacity of a `mem:SIZE` backend, `None` for any other backend. SIZE is spelled as
+/// every other size option ([`zbd::parse_size`]: `512M`, `512MiB`, `1g`) and is at least
+/// 1 MiB.
+fn mem_backend_size(backend: &str) -> Option<Result<u64, String>> {
+    let size = backend.strip_prefix("mem:")?;
+    Some(
+        zbd::parse_size(size)
+            .ok()
             .filter(|&b| b >= 1 << 20)
-            .ok_or_else(|| format!("bad size in {}: expected e.g. mem:512M", spec.backend))?;
-        return Ok(simple(frontend::MemTarget::new(bytes, TEST_CHUNK)));
+            .ok_or_else(|| format!("bad size in {backend}: expected e.g. mem:512M")),
+    )
+}
+
+fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
+    if let Some(bytes) = mem_backend_size(&spec.backend) {
+        return Ok(simple(frontend::MemTarget::new(bytes?, TEST_CHUNK)));
     }
     if let Some(path) = spec.backend.strip_prefix("file:") {
         let t =
@@ -357,7 +367,7 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
     daemon::handle_signals(shutdown.clone()).map_err(|e| format!("signal handler: {e}"))?;
     let policy = pool_policy(&spec).map_err(|e| e.to_string())?;
     let pool = Arc::new(workpool::Pool::new("zonedd-io", policy));
-    let opened = open_target(&spec, &pool)?;
+    let opened = open_target(&spec)?;
     let io_stats = Arc::new(frontend::queue::IoStats::default());
     let shared = Arc::new(frontend::queue::QueueShared {
         target: opened.target,
@@ -435,4 +445,25 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
         server.finish(&outcome);
     }
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_backend_sizes_parse_like_every_size_option() {
+        assert_eq!(mem_backend_size("mem:512MiB"), Some(Ok(512 << 20)));
+        assert_eq!(mem_backend_size("mem:512M"), Some(Ok(512 << 20)));
+        assert_eq!(mem_backend_size("mem:1g"), Some(Ok(1 << 30)));
+        assert_eq!(mem_backend_size("mem:1048576"), Some(Ok(1 << 20)));
+        for bad in ["mem:512K", "mem:", "mem:x", "mem:4Q"] {
+            assert_eq!(
+                mem_backend_size(bad),
+                Some(Err(format!("bad size in {bad}: expected e.g. mem:512M")))
+            );
+        }
+        assert_eq!(mem_backend_size("file:/tmp/x"), None);
+        assert_eq!(mem_backend_size("/dev/sda"), None);
+    }
 }

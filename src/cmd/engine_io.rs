@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use dmz::engine::{Engine, EngineError, EngineOptions};
+use zbd::AlignedBuf;
 
 use super::CliError;
 
@@ -286,26 +287,6 @@ impl Raw {
     }
 }
 
-/// A zeroed buffer whose start is 4096-aligned (O_DIRECT needs it; the engine's device
-/// backend then needs no bounce buffer either).
-struct AlignedBuf {
-    v: Vec<u8>,
-    pad: usize,
-    len: usize,
-}
-
-impl AlignedBuf {
-    fn new(len: usize) -> AlignedBuf {
-        let v = vec![0u8; len + BLOCK as usize];
-        let pad = v.as_ptr().align_offset(BLOCK as usize);
-        AlignedBuf { v, pad, len }
-    }
-
-    fn get(&mut self, n: usize) -> &mut [u8] {
-        &mut self.v[self.pad..self.pad + n.min(self.len)]
-    }
-}
-
 fn open(path: &Path) -> Result<Engine, CliError> {
     let p = path.display();
     let dev = zbd::open(path).map_err(|e| match e {
@@ -423,10 +404,12 @@ fn run_step(t: &Target, s: &Step) -> Result<(), CliError> {
         Op::Reclaim => t.reclaim()?,
         Op::Write => {
             let mut src = Source::new(&s.data, s.len)?;
-            let mut buf = AlignedBuf::new(PIECE.min(s.len as usize));
+            // 4096-aligned: O_DIRECT needs it, and the engine's device backend then needs no
+            // bounce buffer either.
+            let mut buf = AlignedBuf::new_zeroed(PIECE.min(s.len as usize));
             let mut done = 0u64;
             while done < s.len {
-                let b = buf.get(PIECE.min((s.len - done) as usize));
+                let b = &mut buf[..PIECE.min((s.len - done) as usize)];
                 src.fill(s.offset + done, b)?;
                 t.write(s.offset + done, b, s.fua)?;
                 done += b.len() as u64;
@@ -437,10 +420,10 @@ fn run_step(t: &Target, s: &Step) -> Result<(), CliError> {
         }
         Op::Read => {
             let mut sink = Sink::new(&s.data)?;
-            let mut buf = AlignedBuf::new(PIECE.min(s.len as usize));
+            let mut buf = AlignedBuf::new_zeroed(PIECE.min(s.len as usize));
             let mut done = 0u64;
             while done < s.len {
-                let b = buf.get(PIECE.min((s.len - done) as usize));
+                let b = &mut buf[..PIECE.min((s.len - done) as usize)];
                 t.read(s.offset + done, b)?;
                 sink.take(s.offset + done, b)?;
                 done += b.len() as u64;

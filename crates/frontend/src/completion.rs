@@ -15,8 +15,9 @@
 //! buffer, so it sees every byte the workers wrote.
 
 use atomic_waker::AtomicWaker;
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::future::Future;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -25,40 +26,25 @@ use std::task::{Context, Poll};
 /// An eventfd that wakes a queue thread out of `io_uring_enter`.
 #[derive(Debug)]
 pub struct Kicker {
-    fd: OwnedFd,
+    fd: EventFd,
 }
 
 impl Kicker {
+    /// A non-blocking (and close-on-exec) eventfd, so that [`Kicker::drain`] never waits.
     pub fn new() -> std::io::Result<Kicker> {
-        // SAFETY: eventfd has no memory-safety preconditions; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-        Ok(Kicker {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?;
+        Ok(Kicker { fd })
     }
 
     /// Make the eventfd readable (the armed poll completes).
     pub fn kick(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our own eventfd. A full counter
-        // (EAGAIN) still leaves it readable, which is all a kick needs.
-        unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        // A full counter (EAGAIN) still leaves it readable, which is all a kick needs.
+        let _ = self.fd.write(1);
     }
 
     /// Reset the counter after a wakeup (non-blocking; nothing to drain is fine).
     pub fn drain(&self) -> u64 {
-        let mut v: u64 = 0;
-        // SAFETY: reads at most 8 bytes into a live u64.
-        let n = unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-        if n == 8 {
-            v
-        } else {
-            0
-        }
+        self.fd.read().unwrap_or(0)
     }
 
     pub fn raw_fd(&self) -> RawFd {
@@ -146,6 +132,8 @@ impl Future for Wait<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
 
     #[test]
     fn last_piece_wakes_and_kicks_once_with_first_error() {
@@ -187,15 +175,11 @@ mod tests {
         let k = Arc::new(Kicker::new().unwrap());
         let k2 = k.clone();
         let t = std::thread::spawn(move || k2.kick());
-        let mut pfd = libc::pollfd {
-            fd: k.raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd; -1 = wait for the kick, no timeout.
-        let n = unsafe { libc::poll(&mut pfd, 1, -1) };
+        let mut pfd = [PollFd::new(k.fd.as_fd(), PollFlags::POLLIN)];
+        // wait for the kick, no timeout
+        let n = poll(&mut pfd, PollTimeout::NONE);
         t.join().unwrap();
-        assert_eq!(n, 1);
+        assert_eq!(n, Ok(1));
         assert_eq!(k.drain(), 1);
     }
 }

@@ -172,18 +172,15 @@ fn redirect_stdio(log: &std::path::Path) {
         .create(true)
         .append(true)
         .open(log);
-    // SAFETY: dup2 onto the standard descriptors of this (single-threaded) process; the
-    // source descriptors are open files we own for the duration of the call.
-    unsafe {
-        if let Ok(n) = &null {
-            libc::dup2(n.as_raw_fd(), 0);
-            libc::dup2(n.as_raw_fd(), 1);
-        }
-        match (&logf, &null) {
-            (Ok(l), _) => libc::dup2(l.as_raw_fd(), 2),
-            (_, Ok(n)) => libc::dup2(n.as_raw_fd(), 2),
-            _ => 0,
-        };
+    // Onto the standard descriptors of this (single-threaded) process. Best effort, as
+    // before: a descriptor that cannot be replaced is left as it was.
+    use nix::unistd::dup2;
+    if let Ok(n) = &null {
+        let _ = dup2(n.as_raw_fd(), 0);
+        let _ = dup2(n.as_raw_fd(), 1);
+    }
+    if let Ok(f) = logf.as_ref().or(null.as_ref()) {
+        let _ = dup2(f.as_raw_fd(), 2);
     }
 }
 

@@ -83,19 +83,6 @@ impl BlockTarget for MemTarget {
     }
 }
 
-/// Parse `512M`, `1G`, `4096`, `64K` (binary units).
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last()? {
-        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
-        (i, 'm' | 'M') => (&s[..i], 1 << 20),
-        (i, 'g' | 'G') => (&s[..i], 1 << 30),
-        (i, 't' | 'T') => (&s[..i], 1 << 40),
-        _ => (s, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mult)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,14 +107,5 @@ mod tests {
             Err(libc::EINVAL)
         );
         assert_eq!(t.read(1 << 20, &mut b), Err(libc::EINVAL));
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("512M"), Some(512 << 20));
-        assert_eq!(parse_size("1g"), Some(1 << 30));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("x"), None);
-        assert_eq!(parse_size(""), None);
     }
 }

@@ -2,7 +2,8 @@
 //! read from sysfs and the control device.
 
 use crate::error::FrontendError;
-use std::os::fd::{AsRawFd, FromRawFd};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use std::os::fd::{AsFd, FromRawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -106,15 +107,10 @@ pub fn wait_pid_exit(pid: u32, timeout: std::time::Duration) -> bool {
     }
     // SAFETY: `fd` is a fresh descriptor that nothing else owns.
     let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: one valid pollfd for the duration of the call.
-    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-    n == 1 || !pid_alive(pid)
+    let mut pfd = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+    let n = nix::poll::poll(&mut pfd, timeout);
+    n == Ok(1) || !pid_alive(pid)
 }
 
 /// Ids of every ublk device on the system (from sysfs; empty without ublk_drv).

@@ -59,11 +59,6 @@
 //! work may block, a burst of CPU-bound works can bring a `percpu` group up to `max_per_cpu`
 //! threads sharing its CPU; they park again once the burst is drained.
 //!
-//! # Keys
-//!
-//! One pool may carry chunk works and reclaim works: use [`chunk_key`] and [`reclaim_key`] so
-//! chunk 5 and the reclaim of zone 5 are different works.
-//!
 //! [`Pool::wait_idle`] sleeps on a condvar notified when the last live work retires, only when
 //! someone waits.
 
@@ -143,11 +138,6 @@ impl Pool {
     /// The name given to `new` (also the prefix of worker thread names).
     pub fn name(&self) -> &str {
         &self.inner.name
-    }
-
-    /// `queue` for any closure, boxing it here.
-    pub fn queue_fn(&self, key: u64, job: impl FnOnce() + Send + 'static) {
-        self.queue(key, Box::new(job));
     }
 
     /// Appends `job` to the work of `key`; jobs of one key run in queue order, one at a time.
@@ -230,18 +220,6 @@ impl Pool {
     }
 }
 
-/// Key of the work that serves one chunk (high bit clear).
-pub const fn chunk_key(chunk: u64) -> u64 {
-    chunk & !RECLAIM_BIT
-}
-
-/// Key of the reclaim work of one victim zone (high bit set), distinct from every chunk key.
-pub const fn reclaim_key(zone: u64) -> u64 {
-    zone | RECLAIM_BIT
-}
-
-const RECLAIM_BIT: u64 = 1 << 63;
-
 impl Drop for Pool {
     fn drop(&mut self) {
         self.shutdown();
@@ -277,14 +255,6 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn chunk_and_reclaim_keys_never_collide() {
-        for n in [0u64, 1, 5, 65_535, u32::MAX as u64] {
-            assert_ne!(chunk_key(n), reclaim_key(n));
-            assert_eq!(chunk_key(n), n);
-        }
-    }
 
     #[test]
     fn pool_is_send_sync() {

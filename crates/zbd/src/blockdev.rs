@@ -28,7 +28,9 @@
 //! - Zone conditions cannot be set ([`ZonedDevice::set_zone_condition`] is EOPNOTSUPP).
 
 use crate::state::check_io;
-use crate::{Geometry, Result, ZbdError, Zone, ZoneCondition, ZoneOp, ZoneType, ZonedDevice};
+use crate::{
+    AlignedBuf, Geometry, Result, ZbdError, Zone, ZoneCondition, ZoneOp, ZoneType, ZonedDevice,
+};
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
@@ -132,40 +134,6 @@ fn sys_err(what: String) -> impl FnOnce(nix::errno::Errno) -> ZbdError {
     move |e| ZbdError::device(what, e as i32)
 }
 
-/// A buffer aligned for O_DIRECT.
-struct AlignedBuf {
-    ptr: *mut u8,
-    layout: std::alloc::Layout,
-}
-
-impl AlignedBuf {
-    const ALIGN: usize = 4096;
-
-    fn new(len: usize) -> AlignedBuf {
-        let layout = std::alloc::Layout::from_size_align(len.max(Self::ALIGN), Self::ALIGN)
-            .expect("aligned layout");
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        AlignedBuf { ptr, layout }
-    }
-
-    fn as_mut_slice(&mut self, len: usize) -> &mut [u8] {
-        assert!(len <= self.layout.size());
-        // SAFETY: ptr is valid for layout.size() bytes, owned and initialised (zeroed).
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, len) }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
-    }
-}
-
 /// Bounce buffers are at most this large; bigger unaligned I/O goes in pieces.
 const BOUNCE_MAX: usize = 1 << 20;
 
@@ -176,18 +144,18 @@ thread_local! {
     /// `BOUNCE_MAX`). A fresh one per call cost an allocation, its page faults and zeroing
     /// on every unaligned I/O: in the VM profile of sustained random writes, a quarter of
     /// the reclaim thread's time.
-    static BOUNCE: RefCell<Option<AlignedBuf>> = const { RefCell::new(None) };
+    static BOUNCE: RefCell<AlignedBuf> = const { RefCell::new(AlignedBuf::new()) };
 }
 
 /// Run `f` with this thread's bounce buffer, at least `len.min(BOUNCE_MAX)` bytes.
 fn with_bounce<T>(len: usize, f: impl FnOnce(&mut AlignedBuf) -> T) -> T {
     let want = len.min(BOUNCE_MAX);
     BOUNCE.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.as_ref().is_none_or(|b| b.layout.size() < want) {
-            *slot = Some(AlignedBuf::new(want.next_power_of_two()));
+        let mut bounce = cell.borrow_mut();
+        if bounce.len() < want {
+            *bounce = AlignedBuf::new_zeroed(want.next_power_of_two());
         }
-        f(slot.as_mut().expect("set above"))
+        f(&mut bounce)
     })
 }
 
@@ -277,7 +245,7 @@ pub(crate) fn direct_read(fd: RawFd, buf: &mut [u8], pos: u64) -> std::io::Resul
     }
     with_bounce(buf.len(), |bounce| {
         for (i, chunk) in buf.chunks_mut(BOUNCE_MAX).enumerate() {
-            let b = bounce.as_mut_slice(chunk.len());
+            let b = &mut bounce[..chunk.len()];
             rw_all(
                 fd,
                 b.as_mut_ptr(),
@@ -299,7 +267,7 @@ pub(crate) fn direct_write(fd: RawFd, buf: &[u8], pos: u64) -> std::io::Result<(
     }
     with_bounce(buf.len(), |bounce| {
         for (i, chunk) in buf.chunks(BOUNCE_MAX).enumerate() {
-            let b = bounce.as_mut_slice(chunk.len());
+            let b = &mut bounce[..chunk.len()];
             b.copy_from_slice(chunk);
             rw_all(
                 fd,
@@ -721,10 +689,9 @@ mod tests {
         let mut v = vec![0u8; data.len() + 1];
         v[1..].copy_from_slice(&data);
         direct_write(fd, &v[1..], 4096).unwrap();
-        let mut a = AlignedBuf::new(data.len());
-        let out = a.as_mut_slice(data.len());
-        direct_read(fd, out, 4096).unwrap();
-        assert_eq!(out, &data[..]);
+        let mut a = AlignedBuf::new_zeroed(data.len());
+        direct_read(fd, &mut a, 4096).unwrap();
+        assert_eq!(&a[..], &data[..]);
         let mut u = vec![0u8; 8193];
         direct_read(fd, &mut u[1..], 4096 + 4096).unwrap();
         assert_eq!(&u[1..], &data[4096..8192 + 4096]);

@@ -12,9 +12,12 @@
 //! - [`MemDevice`]: the same rules in RAM, for fast tests.
 //! - [`FaultyDevice`]: wraps any of them to inject errors, zone failures and power cuts.
 //!
-//! [`open`] / [`open_exclusive`] recognise a path (image magic, or `queue/zoned`) and lock it
-//! against a second user; [`open_shared`] is for inspection. [`conformance::run`] checks a
-//! device against the rules (destructively).
+//! [`open`] recognises a path (image magic, or `queue/zoned`) and locks it against a second
+//! user; [`open_shared`] is for inspection. [`conformance::run`] checks a device against the
+//! rules (destructively).
+//!
+//! [`AlignedBuf`] is a byte buffer whose start is 4096-aligned: I/O from or into one goes to
+//! an `O_DIRECT` backend without a bounce copy.
 //!
 //! Contract for callers: writes to one sequential zone are issued one at a time, each at
 //! the write pointer left by the previous one (as with the kernel); writes to different
@@ -27,6 +30,7 @@
 use std::fmt;
 use std::path::Path;
 
+mod aligned;
 mod blockdev;
 pub mod conformance;
 mod emulated;
@@ -35,6 +39,7 @@ mod mem;
 mod options;
 mod state;
 
+pub use aligned::AlignedBuf;
 pub use blockdev::{BlkZone, BlkZoneRange, BlkZoneReport, BlockDev};
 pub use emulated::{has_magic, Emulated, MAGIC as EMULATED_MAGIC};
 pub use faulty::{FaultyDevice, Op, OpClass, OpKind};
@@ -345,11 +350,6 @@ pub(crate) fn sysfs_queue_attr(path: &Path, attr: &str) -> Option<String> {
 /// with `flock`) or a zoned block device (opened `O_EXCL`). Anything else gets an error that
 /// says what it is. A second exclusive opener gets an "in use" (EBUSY) error.
 pub fn open(path: &Path) -> Result<Box<dyn ZonedDevice>> {
-    open_backend(path, true)
-}
-
-/// Same as [`open`]: named for readers who look for it.
-pub fn open_exclusive(path: &Path) -> Result<Box<dyn ZonedDevice>> {
     open_backend(path, true)
 }
 

@@ -183,6 +183,10 @@ mod tests {
         assert_eq!(parse_size("256MiB"), Ok(256 << 20));
         assert_eq!(parse_size("64g"), Ok(64 << 30));
         assert_eq!(parse_size("10T"), Ok(10 << 40));
+        // what `mem:SIZE` took before it used this parser
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert!(parse_size("x").is_err());
         assert!(parse_size("12Q").is_err());
         assert!(parse_size("").is_err());
         assert!(parse_size("99999999999T").is_err());

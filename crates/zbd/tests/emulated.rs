@@ -154,9 +154,7 @@ fn one_user_at_a_time() {
     let dev = Emulated::create(&p, &opts()).unwrap();
     let e = Emulated::open(&p).err().expect("second open must fail");
     assert!(e.to_string().contains("in use"), "{e}");
-    let e = zbd::open_exclusive(&p)
-        .err()
-        .expect("second open must fail");
+    let e = zbd::open(&p).err().expect("second open must fail");
     assert!(e.to_string().contains("in use"), "{e}");
     // Inspection does not need the lock.
     let shared = zbd::open_shared(&p).unwrap();

@@ -66,9 +66,7 @@ pub(super) fn copy(
     const BATCH: u32 = IO_BATCH_BLOCKS;
     let dev = &*inner.dev;
     // 4 KiB-aligned, so that an O_DIRECT backend reads and writes it without a bounce copy.
-    let mut store = vec![0u8; (BATCH as usize + 1) * BLOCK];
-    let skip = store.as_ptr().align_offset(BLOCK);
-    let buf = &mut store[skip..skip + BATCH as usize * BLOCK];
+    let mut buf = zbd::AlignedBuf::new_zeroed(BATCH as usize * BLOCK);
     let mut written = 0u64;
     inner.stats.reclaim_progress.store(0, Ordering::Relaxed);
     // Pieces of at most BATCH blocks, never crossing a run.
