@@ -439,6 +439,22 @@ fn not_root() {
         // ublk is checked first: the missing module is the first thing to fix.
         refused(&o, 2, &["ublk_drv is not loaded"]);
     }
+    // Commands that only talk to daemons: the run directory and sockets are root's.
+    for (args, what) in [
+        (&["list"][..], "zonedd list"),
+        (&["status", "0"], "zonedd status"),
+    ] {
+        let o = as_nobody(args).unwrap();
+        if ublk_loaded() {
+            refused(
+                &o,
+                2,
+                &[what, "needs root", "control sockets are root's only"],
+            );
+        } else {
+            refused(&o, 2, &["ublk_drv is not loaded"]);
+        }
+    }
     // The backend itself (root's, mode 0644 after umask) cannot be opened for writing.
     let o = as_nobody(&["check", p(&img)]).unwrap();
     refused(&o, 2, &["Permission denied"]);

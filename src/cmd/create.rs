@@ -92,6 +92,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
     pool_policy(&spec)?;
     super::need_ublk()?;
     super::need_root("zonedd create")?;
+    // Before anything else touches it: a run directory we cannot trust is the user's to fix.
+    frontend::registry::ensure_run_dir().map_err(|e| CliError::Usage(e.to_string()))?;
     spec.backend = canonical_backend(&args.backend)?;
     let mut mode = Mode::Add { id: args.id };
     if let Some((id, state, stored)) = existing_device_for(&spec.backend) {

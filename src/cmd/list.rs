@@ -71,6 +71,7 @@ pub fn zonedd_devices() -> Vec<Listed> {
 
 pub fn run(args: Args) -> Result<(), CliError> {
     super::need_ublk()?;
+    super::need_root_for_daemons("zonedd list")?;
     let devs = zonedd_devices();
     if args.json {
         println!(

@@ -63,6 +63,18 @@ pub(crate) fn need_root(what: &str) -> Result<(), CliError> {
     frontend::sys::check_root(what).map_err(|e| CliError::Usage(e.to_string()))
 }
 
+/// Root for commands that only talk to running daemons (`list`, `status`): the run
+/// directory is 0700 and the control sockets 0600, and the daemons refuse other users.
+pub(crate) fn need_root_for_daemons(what: &str) -> Result<(), CliError> {
+    if frontend::sys::is_root() {
+        return Ok(());
+    }
+    Err(CliError::Usage(format!(
+        "{what} needs root: zonedd's run directory ({}) and control sockets are root's only",
+        frontend::registry::run_dir().display()
+    )))
+}
+
 /// Open a backend for check, format, report and create. What the user must fix (missing,
 /// not zoned, in use, permission denied) is exit 2; an I/O error while reading it is exit 1.
 /// The messages already name the path, so it is not repeated.

@@ -21,6 +21,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), CliError> {
     super::need_ublk()?;
+    super::need_root_for_daemons("zonedd status")?;
     let id = args.id;
     let rec = registry::read(id);
     let Some(rec) = rec.filter(|r| sys::pid_alive(r.pid) && r.socket.exists()) else {

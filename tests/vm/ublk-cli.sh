@@ -9,7 +9,10 @@
 # Last, `create`'s refusals that need ublk (docs/bad-input.md), each with its exit code and
 # message: an unformatted backend, a missing backend path, a plain file (left untouched), a
 # second daemon on a backend already served (with or without --format; the first device stays
-# live), and a caller that is not root.
+# live), and a caller that is not root. Only root talks to a daemon: the run directory is 0700
+# and its files 0600, `list`/`status` as another user are refused, a non-root client on the
+# socket is refused by the modes and, past them, by the daemon's SO_PEERCRED check, and a run
+# directory that is a symlink is refused.
 # vm-timeout: 240
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
@@ -115,7 +118,42 @@ expect_error 2 "$img is already used by ublk device $id (live)" "$Z" create --ba
 expect_error 2 "$img is already used by ublk device $id (live)" "$Z" create --backend "$img" --format
 "$Z" list | grep -E "^$id +/dev/ublkb$id +live " >/dev/null ||
     vm_fail "device $id not live after the refused creates: $("$Z" list)"
+# Only root talks to the daemon: a private run directory, private files, and a daemon that
+# checks its peer's credentials (SO_PEERCRED) even when the file modes would let a user in.
+for f in /run/zonedd:700 "/run/zonedd/$id.sock:600" "/run/zonedd/$id.json:600" "/run/zonedd/$id.log:600"; do
+    [ "$(stat -c %a "${f%:*}")" = "${f##*:}" ] ||
+        vm_fail "${f%:*} has mode $(stat -c %a "${f%:*}"), expected ${f##*:}"
+done
+nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+expect_error 2 "zonedd list needs root: zonedd's run directory (/run/zonedd) and control sockets are root's only" \
+    "${nobody[@]}" "$Z" list
+expect_error 2 "zonedd status needs root" "${nobody[@]}" "$Z" status "$id"
+client='import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+except PermissionError:
+    print("EACCES"); sys.exit(0)
+try:
+    s.sendall(b"{\"cmd\":\"shutdown\"}\n")
+except BrokenPipeError:
+    pass
+print(s.makefile().readline().strip())'
+got=$("${nobody[@]}" python3 -c "$client" "/run/zonedd/$id.sock")
+[ "$got" = EACCES ] || vm_fail "a non-root client reached the socket: $got"
+chmod 0711 /run/zonedd && chmod 0666 "/run/zonedd/$id.sock"
+got=$("${nobody[@]}" python3 -c "$client" "/run/zonedd/$id.sock")
+chmod 0700 /run/zonedd && chmod 0600 "/run/zonedd/$id.sock"
+grep -qF '"ok":false' <<<"$got" && grep -qF "permission denied" <<<"$got" ||
+    vm_fail "a non-root client past the file modes was not refused: $got"
+"$Z" list | grep -E "^$id +/dev/ublkb$id +live " >/dev/null ||
+    vm_fail "a non-root shutdown request stopped device $id: $("$Z" list)"
+echo "ok: non-root clients refused ($got)"
 "$Z" delete "$id" >/dev/null
+# A run directory that is not ours is refused before anything is created in it.
+mkdir -p "$VM_SCRATCH/rundir" && ln -s "$VM_SCRATCH/rundir" "$VM_SCRATCH/rundir-link"
+expect_error 2 "refusing to use $VM_SCRATCH/rundir-link as the run directory: it is a symbolic link" \
+    env ZONEDD_RUN_DIR="$VM_SCRATCH/rundir-link" "$Z" create --backend "$img"
 expect_error 2 "zonedd create needs root (CAP_SYS_ADMIN)" \
     setpriv --reuid=65534 --regid=65534 --clear-groups "$Z" create --backend "$img"
 [ "$("$Z" list --json | json "len(d)")" = 0 ] || vm_fail "a device was left: $("$Z" list)"

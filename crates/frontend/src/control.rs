@@ -6,10 +6,15 @@
 //!   has flushed, committed and removed the device, `{"ok":true,"done":true}` (or
 //!   `{"ok":false,"error":"..."}`) just before it exits. `zonedd delete` waits for that
 //!   second line, so it reports the daemon's real outcome.
+//!
+//! The socket is 0600 in a 0700 run directory, and every connection's peer credentials
+//! (`SO_PEERCRED`) are checked: a client whose uid is not the daemon's (root) gets
+//! `{"ok":false,"error":"permission denied: ..."}` and nothing else.
 
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,6 +33,7 @@ impl ControlServer {
     pub fn start(path: &Path, status: StatusFn, shutdown: ShutdownFn) -> std::io::Result<Self> {
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
         let waiters: Arc<Mutex<Vec<UnixStream>>> = Arc::default();
         let w = waiters.clone();
         std::thread::Builder::new()
@@ -65,9 +71,24 @@ fn serve_one(
     waiters: &Mutex<Vec<UnixStream>>,
 ) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut out = &conn;
+    let peer = nix::sys::socket::getsockopt(&conn, nix::sys::socket::sockopt::PeerCredentials)
+        .map_err(std::io::Error::from)?;
+    let me = nix::unistd::geteuid().as_raw();
+    if peer.uid() != me {
+        let msg = format!(
+            "permission denied: only uid {me} (root) may control zonedd, not uid {}",
+            peer.uid()
+        );
+        tracing::warn!(
+            pid = peer.pid(),
+            uid = peer.uid(),
+            "control connection refused"
+        );
+        return writeln!(out, "{}", json!({"ok": false, "error": msg}));
+    }
     let mut line = String::new();
     BufReader::new(&conn).read_line(&mut line)?;
-    let mut out = &conn;
     let req: Value = serde_json::from_str(line.trim()).unwrap_or(Value::Null);
     match req.get("cmd").and_then(Value::as_str) {
         Some("status") => writeln!(out, "{}", json!({"ok": true, "status": status()})),
@@ -150,5 +171,68 @@ mod tests {
             |_| true,
         );
         assert!(r.is_err());
+    }
+
+    /// A client of another uid gets a refusal, not the status, and cannot stop the daemon.
+    /// Needs root (to run the client as nobody) and python3 (the client).
+    #[test]
+    fn other_users_are_refused() {
+        use std::os::unix::process::CommandExt;
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root to run a client as another uid");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("9.sock");
+        let stopped = Arc::new(AtomicBool::new(false));
+        let s2 = stopped.clone();
+        let _server = ControlServer::start(
+            &path,
+            Arc::new(|| json!({"secret": 1})),
+            Arc::new(move || s2.store(true, Ordering::SeqCst)),
+        )
+        .unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // Open the way for the test client only: the check under test is SO_PEERCRED.
+        for (p, m) in [(dir.path(), 0o755), (path.as_path(), 0o666)] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        }
+        let client = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+try:
+    s.sendall(sys.argv[2].encode() + b"\n")
+except BrokenPipeError:
+    pass  # a refused client is answered without its request being read
+print(s.makefile().readline().strip())
+"#;
+        for cmd in ["status", "shutdown"] {
+            let out = std::process::Command::new("python3")
+                .arg("-c")
+                .arg(client)
+                .arg(&path)
+                .arg(json!({ "cmd": cmd }).to_string())
+                .uid(65534)
+                .gid(65534)
+                .output()
+                .expect("python3");
+            assert!(out.status.success(), "{out:?}");
+            let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(reply["ok"], false, "{reply}");
+            let err = reply["error"].as_str().unwrap();
+            assert!(
+                err.contains("permission denied") && err.contains("uid 65534"),
+                "{err}"
+            );
+        }
+        assert!(
+            !stopped.load(Ordering::SeqCst),
+            "a refused shutdown stopped the daemon"
+        );
+        // Root still gets the status.
+        let r = request(&path, "status", Duration::from_secs(5), |_| true).unwrap();
+        assert_eq!(r[0]["status"]["secret"], 1);
     }
 }

@@ -168,10 +168,7 @@ fn redirect_stdio(log: &std::path::Path) {
         .read(true)
         .write(true)
         .open("/dev/null");
-    let logf = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log);
+    let logf = crate::registry::create_private(log, true);
     // Onto the standard descriptors of this (single-threaded) process. Best effort, as
     // before: a descriptor that cannot be replaced is left as it was.
     use nix::unistd::dup2;
