@@ -1,10 +1,10 @@
 //! Basic engine behaviour: round trips, zeros, discard, reopen, errors.
 
-mod engine_util;
+mod common;
 
 use std::sync::Arc;
 
-use engine_util::*;
+use common::*;
 use zbd::ZonedDevice;
 
 #[test]
@@ -34,7 +34,7 @@ fn write_read_reopen() {
     assert!(r[..BS].iter().all(|&b| b == 0), "discarded reads zeros");
     let s = e.stats();
     assert!(s.zones_buffer >= 1, "{s:?}");
-    e.close().unwrap();
+    close(e);
 
     let e = open(dev.clone(), test_opts());
     let mut r = vec![0u8; 2 * BS];
@@ -45,7 +45,7 @@ fn write_read_reopen() {
     assert_eq!(&r[..], &w[..2 * BS]);
     e.read(cs + 5 * BS as u64, &mut r).unwrap();
     assert_eq!(&r[..], &w[..2 * BS]);
-    e.close().unwrap();
+    close(e);
 }
 
 #[test]
@@ -62,7 +62,7 @@ fn bad_requests_are_einval() {
         e.write(e.capacity(), &b, false).unwrap_err().errno(),
         libc::EINVAL
     );
-    e.close().unwrap();
+    close(e);
 }
 
 #[test]
@@ -79,7 +79,7 @@ fn whole_chunk_discard_frees_zones() {
     let s = e.stats();
     assert_eq!(s.chunks_mapped, 0);
     assert_eq!(s.zones_free, free0, "{s:?}");
-    e.close().unwrap();
+    close(e);
 }
 
 #[test]
@@ -103,5 +103,5 @@ fn daemon_crash_keeps_acknowledged_writes_without_flush() {
         got == model,
         "acknowledged writes lost after a daemon crash"
     );
-    e2.close().unwrap();
+    close(e2);
 }

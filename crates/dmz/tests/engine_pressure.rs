@@ -4,11 +4,11 @@
 //! whose writers held their locks, counted the pass as "nothing freed", and waiting writers
 //! got ENOSPC although most of the device was free.
 
-mod engine_util;
+mod common;
 
 use std::sync::Arc;
 
-use engine_util::*;
+use common::*;
 
 #[test]
 fn concurrent_overwrites_with_two_buffer_zones_never_get_enospc() {
@@ -67,5 +67,5 @@ fn overwrites_never_get_enospc(parallel: usize) {
     }
     let s = e.stats();
     assert!(s.reclaim_zones > 0, "reclaim must have run: {s:?}");
-    Arc::try_unwrap(e).ok().unwrap().close().unwrap();
+    close(Arc::try_unwrap(e).ok().unwrap());
 }

@@ -5,11 +5,11 @@
 //! A writer that needs a zone still gets one at once, and once writers have had to wait,
 //! busy reclaim works ahead of them again whatever the victims' age.
 
-mod engine_util;
+mod common;
 
 use std::time::Duration;
 
-use engine_util::*;
+use common::*;
 
 /// 16 zones of 1 MiB, 6 conventional (2 hold the metadata sets: 4 for data), 2 reserved.
 /// Writes one block into each of chunks 0..4 at a non-zero offset, so each takes a
@@ -29,12 +29,8 @@ fn fill_conventional(busy_min_idle: Duration) -> (dmz::engine::Engine, u64) {
 }
 
 fn check_blocks(e: &dmz::engine::Engine, cs: u64) {
-    let mut want = vec![0u8; BS];
-    let mut got = vec![0u8; BS];
     for c in 0..4u64 {
-        pattern(c + 1, c * (cs / BS as u64) + 1, &mut want);
-        e.read(c * cs + BS as u64, &mut got).unwrap();
-        assert!(got == want, "chunk {c} lost its block");
+        assert_blocks(e, c * (cs / BS as u64) + 1, 1, c + 1);
     }
 }
 
@@ -67,7 +63,7 @@ fn busy_reclaim_leaves_recently_used_chunks_in_place() {
         "busy reclaim did not work ahead: {s:?}"
     );
     check_blocks(&e, cs);
-    e.close().unwrap();
+    close(e);
 }
 
 #[test]
@@ -79,5 +75,5 @@ fn busy_reclaim_moves_chunks_once_they_cool_down() {
     assert!(s.reclaim_zones >= 3, "{s:?}");
     assert!(s.zones_free_conventional >= 3, "{s:?}");
     check_blocks(&e, cs);
-    e.close().unwrap();
+    close(e);
 }
