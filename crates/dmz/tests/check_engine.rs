@@ -53,7 +53,7 @@ fn crash_then_replay_passes_check() {
     let dev = formatted();
     let e = open_dev(&dev);
     workload(&e);
-    e.crash_for_test();
+    crash(e);
     let e = open_dev(&dev);
     close(e);
     let r = check(&*dev, false).unwrap();
@@ -69,7 +69,7 @@ fn crashed_volume_before_replay_looks_unmapped() {
     let dev = formatted();
     let e = open_dev(&dev);
     workload(&e);
-    e.crash_for_test();
+    crash(e);
     let r = check(&*dev, false).unwrap();
     assert!(!r.errors.is_empty());
     assert!(r

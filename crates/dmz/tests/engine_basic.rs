@@ -95,7 +95,7 @@ fn daemon_crash_keeps_acknowledged_writes_without_flush() {
     let snap = Arc::new(dev.snapshot());
     let mut model = vec![0u8; e.capacity() as usize];
     e.read(0, &mut model).unwrap();
-    e.crash_for_test();
+    crash(e);
     let e2 = open(snap as Arc<dyn ZonedDevice>, test_opts());
     let mut got = vec![0u8; e2.capacity() as usize];
     e2.read(0, &mut got).unwrap();

@@ -68,7 +68,7 @@ impl Run {
     fn reopen(&mut self, crash: bool) {
         let e = self.e.take().expect("open");
         if crash {
-            e.crash_for_test();
+            common::crash(e);
         } else {
             close(e);
         }

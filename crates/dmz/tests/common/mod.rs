@@ -3,13 +3,13 @@
 //!   dm-zoned vector sets on a device;
 //! - raw access for corruption injection, metadata set blocks read and edited in place;
 //! - the data pattern of a block written by a given write, and what a block read back holds;
-//! - engine options, open and close;
+//! - engine options, open, and close or crash, each after the engine's consistency checker;
 //! - read-back verification against what was written.
 #![allow(dead_code)]
 
 use std::sync::Arc;
 
-use dmz::engine::{Engine, EngineOptions};
+use dmz::engine::{Engine, EngineError, EngineOptions};
 use dmz::format::{Layout, MapEntry};
 use dmz::sets::{format_device, read_meta_blocks, write_meta_blocks, FormatOptions};
 use zbd::{Geometry, MemDevice, Zone, ZonedDevice};
@@ -213,8 +213,30 @@ pub fn open(dev: Arc<dyn ZonedDevice>, opts: EngineOptions) -> Engine {
     Engine::open(dev, opts).expect("engine open")
 }
 
+/// The engine's in-memory invariants hold (`Engine::debug_check`); it takes every chunk
+/// lock, so call it with no I/O in flight.
+pub fn consistent(e: &Engine) {
+    if let Err(m) = e.debug_check() {
+        panic!("engine consistency check: {m}");
+    }
+}
+
+/// Checks the engine's consistency, then closes it.
 pub fn close(e: Engine) {
-    e.close().expect("engine close");
+    try_close(e).expect("engine close");
+}
+
+/// [`close`] where the close itself may fail: the consistency check must pass regardless.
+pub fn try_close(e: Engine) -> Result<(), EngineError> {
+    consistent(&e);
+    e.close()
+}
+
+/// Checks the engine's consistency, then ends it as a daemon crash would
+/// (`Engine::crash_for_test`).
+pub fn crash(e: Engine) {
+    consistent(&e);
+    e.crash_for_test();
 }
 
 // ---------------------------------------------------------------------------------------
