@@ -23,24 +23,28 @@ fn open_dev(dev: &Arc<MemDevice>) -> Engine {
     open(dev.clone(), opts)
 }
 
-/// Aligned and unaligned first writes, overwrites (buffer zones), a discard.
-fn workload(e: &Engine) {
-    let cs = e.chunk_size();
-    let w: Vec<u8> = (0..4 * BS).map(|i| (i * 7 + 3) as u8).collect();
+/// Aligned and unaligned first writes, overwrites (buffer zones), a discard; returns what
+/// each block should read back as.
+fn workload(e: &Engine) -> Written {
+    let cb = e.chunk_size() / BS as u64;
+    let mut w = Written::new(e);
     for c in 0..6u64 {
-        e.write(c * cs, &w, false).unwrap();
-        e.write(c * cs + 9 * BS as u64, &w[..BS], false).unwrap();
-        e.write(c * cs + BS as u64, &w[..2 * BS], false).unwrap();
+        w.write(e, c * cb, 4, 3 * c + 1);
+        w.write(e, c * cb + 9, 1, 3 * c + 2);
+        w.write(e, c * cb + 1, 2, 3 * c + 3);
     }
-    e.discard(2 * cs, BS as u64).unwrap();
+    e.discard(2 * cb * BS as u64, BS as u64).unwrap();
+    w.record(2 * cb, 1, 0);
     e.flush().unwrap();
+    w
 }
 
 #[test]
 fn clean_close_passes_check() {
     let dev = formatted();
     let e = open_dev(&dev);
-    workload(&e);
+    let w = workload(&e);
+    w.verify(&e);
     close(e);
     let r = check(&*dev, false).unwrap();
     assert!(r.errors.is_empty(), "{:#?}", r.errors);
@@ -52,9 +56,10 @@ fn clean_close_passes_check() {
 fn crash_then_replay_passes_check() {
     let dev = formatted();
     let e = open_dev(&dev);
-    workload(&e);
+    let w = workload(&e);
     crash(e);
     let e = open_dev(&dev);
+    w.verify(&e);
     close(e);
     let r = check(&*dev, false).unwrap();
     assert!(r.errors.is_empty(), "{:#?}", r.errors);
@@ -68,7 +73,7 @@ fn crashed_volume_before_replay_looks_unmapped() {
     // why `zonedd check --repair` replays the log with the engine first.
     let dev = formatted();
     let e = open_dev(&dev);
-    workload(&e);
+    let w = workload(&e);
     crash(e);
     let r = check(&*dev, false).unwrap();
     assert!(!r.errors.is_empty());
@@ -78,9 +83,7 @@ fn crashed_volume_before_replay_looks_unmapped() {
         .all(|f| f.kind == FindingKind::UnmappedSeqNotEmpty));
     // Replay, then the volume is consistent and the data is all there.
     let e = open_dev(&dev);
-    let mut b = vec![0u8; BS];
-    e.read(e.chunk_size() * 5 + 9 * BS as u64, &mut b).unwrap();
-    assert_eq!(b[0], 3, "logged write survived");
+    w.verify(&e);
     close(e);
     assert!(check(&*dev, false)
         .unwrap()

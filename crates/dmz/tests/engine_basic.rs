@@ -79,6 +79,7 @@ fn whole_chunk_discard_frees_zones() {
     let s = e.stats();
     assert_eq!(s.chunks_mapped, 0);
     assert_eq!(s.zones_free, free0, "{s:?}");
+    assert_blocks(&e, 0, 2 * e.chunk_size() / BS as u64, 0);
     close(e);
 }
 
@@ -86,11 +87,10 @@ fn whole_chunk_discard_frees_zones() {
 fn daemon_crash_keeps_acknowledged_writes_without_flush() {
     let dev = formatted_mem(1024, 32, 8, 2);
     let e = open(dev.clone(), test_opts());
-    let mut w = vec![0u8; 8 * BS];
+    let mut written = Written::new(&e);
     for i in 0..40u64 {
-        pattern(i, i * 8, &mut w);
         let off = (i * 37 % 200) * BS as u64 * 8 % (e.capacity() - 8 * BS as u64);
-        e.write(off / BS as u64 * BS as u64, &w, false).unwrap();
+        written.write(&e, off / BS as u64, 8, i + 1);
     }
     let snap = Arc::new(dev.snapshot());
     let mut model = vec![0u8; e.capacity() as usize];
@@ -103,5 +103,6 @@ fn daemon_crash_keeps_acknowledged_writes_without_flush() {
         got == model,
         "acknowledged writes lost after a daemon crash"
     );
+    written.verify(&e2);
     close(e2);
 }

@@ -276,3 +276,42 @@ pub fn expect_id(b: u64, got: u64, want: u64) -> Result<(), String> {
 pub fn assert_blocks(e: &Engine, start: u64, n: u64, id: u64) {
     verify_blocks(e, start, n, |b, got| expect_id(b, got, id));
 }
+
+/// The write each block of a volume last received (0: never written, or zeroed).
+pub struct Written {
+    ids: Vec<u64>,
+}
+
+impl Written {
+    /// Nothing written yet to any block of `e`.
+    pub fn new(e: &Engine) -> Written {
+        Written {
+            ids: vec![0; (e.capacity() / BS as u64) as usize],
+        }
+    }
+
+    /// Writes `pattern(id, start)` to blocks `start..start + n` and records it.
+    pub fn write(&mut self, e: &Engine, start: u64, n: u64, id: u64) {
+        let mut buf = vec![0u8; n as usize * BS];
+        pattern(id, start, &mut buf);
+        e.write(start * BS as u64, &buf, false)
+            .unwrap_or_else(|err| panic!("write {start}+{n}: {err}"));
+        self.record(start, n, id);
+    }
+
+    /// Records that blocks `start..start + n` now hold write `id` (0: zeroed or discarded).
+    pub fn record(&mut self, start: u64, n: u64, id: u64) {
+        self.ids[start as usize..(start + n) as usize].fill(id);
+    }
+
+    pub fn id(&self, block: u64) -> u64 {
+        self.ids[block as usize]
+    }
+
+    /// Every block of the volume reads back as last written, zeros where never written.
+    pub fn verify(&self, e: &Engine) {
+        verify_blocks(e, 0, self.ids.len() as u64, |b, got| {
+            expect_id(b, got, self.ids[b as usize])
+        });
+    }
+}
