@@ -141,17 +141,9 @@ impl fmt::Debug for Superblock {
     }
 }
 
-/// The canonical 8-4-4-4-12 form.
+/// The canonical 8-4-4-4-12 form, lowercase, of a UUID field (bytes in on-disk order).
 pub fn uuid_string(u: &[u8; 16]) -> String {
-    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    uuid::Uuid::from_bytes(*u).hyphenated().to_string()
 }
 
 /// Turn a label into the on-disk field: at most 31 bytes, no NUL inside.
