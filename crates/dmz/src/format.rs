@@ -111,14 +111,6 @@ pub fn linux_crc32(seed: u32, data: &[u8]) -> u32 {
     !h.finalize()
 }
 
-fn le32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
-}
-
-fn put32(b: &mut [u8], off: usize, v: u32) {
-    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
-}
-
 /// True when `block` starts with the dm-zoned magic (whatever else it holds).
 pub fn has_magic(block: &[u8]) -> bool {
     U32::read_from_prefix(block).is_ok_and(|(magic, _)| magic.get() == DMZ_MAGIC)
@@ -252,6 +244,19 @@ impl Superblock {
     }
 }
 
+/// A map entry as stored (`struct dmz_map`): two little-endian zone numbers.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+struct RawMapEntry {
+    dzone: U32,
+    bzone: U32,
+}
+
+const MAP_ENTRY_LEN: usize = size_of::<RawMapEntry>();
+const _: () = assert!(MAP_ENTRY_LEN == 8);
+const _: () = assert!(offset_of!(RawMapEntry, bzone) == 4);
+const _: () = assert!(MAP_ENTRIES_PER_BLOCK * MAP_ENTRY_LEN == BLOCK);
+
 /// One chunk mapping entry (`struct dmz_map`): data zone and optional buffer zone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MapEntry {
@@ -275,18 +280,22 @@ impl MapEntry {
 
     /// Entry `index` (0..512) of a map block.
     pub fn read(block: &[u8], index: usize) -> MapEntry {
-        let off = index * 8;
+        let (raw, _) = RawMapEntry::ref_from_prefix(&block[index * MAP_ENTRY_LEN..])
+            .expect("map entry inside the block");
         MapEntry {
-            dzone: le32(block, off),
-            bzone: le32(block, off + 4),
+            dzone: raw.dzone.get(),
+            bzone: raw.bzone.get(),
         }
     }
 
     /// Store this entry at `index` (0..512) of a map block.
     pub fn write(&self, block: &mut [u8], index: usize) {
-        let off = index * 8;
-        put32(block, off, self.dzone);
-        put32(block, off + 4, self.bzone);
+        let raw = RawMapEntry {
+            dzone: self.dzone.into(),
+            bzone: self.bzone.into(),
+        };
+        raw.write_to_prefix(&mut block[index * MAP_ENTRY_LEN..])
+            .expect("map entry inside the block");
     }
 }
 
