@@ -6,8 +6,11 @@
 //! metadata set; `sb_block` and [`Layout::set_start_block`] are absolute 4 KiB block numbers.
 
 use std::fmt;
+use std::mem::offset_of;
 
 use zbd::{Geometry, Zone, ZoneCondition, ZoneType};
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// `('D'<<24)|('Z'<<16)|('B'<<8)|'D'`, stored little-endian ("DBZD" on disk).
 pub const DMZ_MAGIC: u32 = 0x445A_4244;
@@ -24,20 +27,43 @@ pub const BITS_PER_BITMAP_BLOCK: u32 = (BLOCK * 8) as u32;
 /// Bytes of the label field (31 characters and a NUL at most).
 pub const LABEL_LEN: usize = 32;
 
-// Superblock field offsets (see docs/design.md, "On-disk format").
-const OFF_MAGIC: usize = 0;
-const OFF_VERSION: usize = 4;
-const OFF_GEN: usize = 8;
-const OFF_SB_BLOCK: usize = 16;
-const OFF_NR_META_BLOCKS: usize = 24;
-const OFF_NR_RESERVED_SEQ: usize = 28;
-const OFF_NR_CHUNKS: usize = 32;
-const OFF_NR_MAP_BLOCKS: usize = 36;
-const OFF_NR_BITMAP_BLOCKS: usize = 40;
-const OFF_CRC: usize = 44;
-const OFF_LABEL: usize = 48;
-const OFF_SET_UUID: usize = 80;
-const OFF_DEV_UUID: usize = 96;
+/// The superblock block as stored (`struct dmz_super` v2, see docs/design.md, "On-disk
+/// format"): little-endian fields from byte 0, then reserved bytes, zero when written and
+/// covered by the CRC, to the end of the 4 KiB block.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+struct RawSuperblock {
+    magic: U32,
+    version: U32,
+    gen: U64,
+    sb_block: U64,
+    nr_meta_blocks: U32,
+    nr_reserved_seq: U32,
+    nr_chunks: U32,
+    nr_map_blocks: U32,
+    nr_bitmap_blocks: U32,
+    crc: U32,
+    label: [u8; LABEL_LEN],
+    set_uuid: [u8; 16],
+    dev_uuid: [u8; 16],
+    reserved: [u8; BLOCK - 112],
+}
+
+// One whole block, every field at its dm-zoned offset.
+const _: () = assert!(size_of::<RawSuperblock>() == BLOCK);
+const _: () = assert!(offset_of!(RawSuperblock, version) == 4);
+const _: () = assert!(offset_of!(RawSuperblock, gen) == 8);
+const _: () = assert!(offset_of!(RawSuperblock, sb_block) == 16);
+const _: () = assert!(offset_of!(RawSuperblock, nr_meta_blocks) == 24);
+const _: () = assert!(offset_of!(RawSuperblock, nr_reserved_seq) == 28);
+const _: () = assert!(offset_of!(RawSuperblock, nr_chunks) == 32);
+const _: () = assert!(offset_of!(RawSuperblock, nr_map_blocks) == 36);
+const _: () = assert!(offset_of!(RawSuperblock, nr_bitmap_blocks) == 40);
+const _: () = assert!(offset_of!(RawSuperblock, crc) == 44);
+const _: () = assert!(offset_of!(RawSuperblock, label) == 48);
+const _: () = assert!(offset_of!(RawSuperblock, set_uuid) == 80);
+const _: () = assert!(offset_of!(RawSuperblock, dev_uuid) == 96);
+const _: () = assert!(offset_of!(RawSuperblock, reserved) == 112);
 
 /// Why metadata (or a device for it) is unacceptable. Messages are one line, for users.
 #[derive(Debug, thiserror::Error)]
@@ -85,25 +111,9 @@ pub fn linux_crc32(seed: u32, data: &[u8]) -> u32 {
     !h.finalize()
 }
 
-fn le32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
-}
-
-fn le64(b: &[u8], off: usize) -> u64 {
-    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
-}
-
-fn put32(b: &mut [u8], off: usize, v: u32) {
-    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put64(b: &mut [u8], off: usize, v: u64) {
-    b[off..off + 8].copy_from_slice(&v.to_le_bytes());
-}
-
 /// True when `block` starts with the dm-zoned magic (whatever else it holds).
 pub fn has_magic(block: &[u8]) -> bool {
-    block.len() >= 4 && le32(block, OFF_MAGIC) == DMZ_MAGIC
+    U32::read_from_prefix(block).is_ok_and(|(magic, _)| magic.get() == DMZ_MAGIC)
 }
 
 /// `struct dmz_super` (v2). Magic and version are implied; the CRC is computed on encode and
@@ -141,17 +151,9 @@ impl fmt::Debug for Superblock {
     }
 }
 
-/// The canonical 8-4-4-4-12 form.
+/// The canonical 8-4-4-4-12 form, lowercase, of a UUID field (bytes in on-disk order).
 pub fn uuid_string(u: &[u8; 16]) -> String {
-    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    uuid::Uuid::from_bytes(*u).hyphenated().to_string()
 }
 
 /// Turn a label into the on-disk field: at most 31 bytes, no NUL inside.
@@ -183,21 +185,22 @@ impl Superblock {
     /// The full 4 KiB block, CRC included; bytes 112.. are zero.
     pub fn encode(&self) -> Box<[u8; BLOCK]> {
         let mut b = Box::new([0u8; BLOCK]);
-        put32(&mut b[..], OFF_MAGIC, DMZ_MAGIC);
-        put32(&mut b[..], OFF_VERSION, META_VERSION);
-        put64(&mut b[..], OFF_GEN, self.gen);
-        put64(&mut b[..], OFF_SB_BLOCK, self.sb_block);
-        put32(&mut b[..], OFF_NR_META_BLOCKS, self.nr_meta_blocks);
-        put32(&mut b[..], OFF_NR_RESERVED_SEQ, self.nr_reserved_seq);
-        put32(&mut b[..], OFF_NR_CHUNKS, self.nr_chunks);
-        put32(&mut b[..], OFF_NR_MAP_BLOCKS, self.nr_map_blocks);
-        put32(&mut b[..], OFF_NR_BITMAP_BLOCKS, self.nr_bitmap_blocks);
-        b[OFF_LABEL..OFF_LABEL + LABEL_LEN].copy_from_slice(&self.label);
-        b[OFF_SET_UUID..OFF_SET_UUID + 16].copy_from_slice(&self.set_uuid);
-        b[OFF_DEV_UUID..OFF_DEV_UUID + 16].copy_from_slice(&self.dev_uuid);
-        // The seed is the generation truncated to 32 bits, like the kernel's crc32_le(gen, ...).
-        let crc = linux_crc32(self.gen as u32, &b[..]);
-        put32(&mut b[..], OFF_CRC, crc);
+        let raw = RawSuperblock::mut_from_bytes(&mut b[..]).expect("a block is a superblock");
+        raw.magic = DMZ_MAGIC.into();
+        raw.version = META_VERSION.into();
+        raw.gen = self.gen.into();
+        raw.sb_block = self.sb_block.into();
+        raw.nr_meta_blocks = self.nr_meta_blocks.into();
+        raw.nr_reserved_seq = self.nr_reserved_seq.into();
+        raw.nr_chunks = self.nr_chunks.into();
+        raw.nr_map_blocks = self.nr_map_blocks.into();
+        raw.nr_bitmap_blocks = self.nr_bitmap_blocks.into();
+        raw.label = self.label;
+        raw.set_uuid = self.set_uuid;
+        raw.dev_uuid = self.dev_uuid;
+        // The seed is the generation truncated to 32 bits, like the kernel's crc32_le(gen, ...),
+        // over the block with the CRC field still zero.
+        raw.crc = linux_crc32(self.gen as u32, raw.as_bytes()).into();
         b
     }
 
@@ -207,46 +210,52 @@ impl Superblock {
         if block.len() < BLOCK {
             return Err(FormatError::Short(block.len()));
         }
-        let block = &block[..BLOCK];
-        let magic = le32(block, OFF_MAGIC);
+        // A copy: the CRC is computed with its own field zeroed.
+        let mut raw =
+            RawSuperblock::read_from_bytes(&block[..BLOCK]).expect("a block is a superblock");
+        let magic = raw.magic.get();
         if magic != DMZ_MAGIC {
             return Err(FormatError::BadMagic { found: magic });
         }
-        match le32(block, OFF_VERSION) {
+        match raw.version.get() {
             META_VERSION => {}
             1 => return Err(FormatError::Version1),
             v => return Err(FormatError::BadVersion(v)),
         }
-        let gen = le64(block, OFF_GEN);
-        let stored = le32(block, OFF_CRC);
-        let mut copy = [0u8; BLOCK];
-        copy.copy_from_slice(block);
-        put32(&mut copy, OFF_CRC, 0);
-        let computed = linux_crc32(gen as u32, &copy);
+        let gen = raw.gen.get();
+        let stored = raw.crc.get();
+        raw.crc = U32::new(0);
+        let computed = linux_crc32(gen as u32, raw.as_bytes());
         if stored != computed {
             return Err(FormatError::BadCrc { stored, computed });
         }
-        let mut sb = Superblock {
+        Ok(Superblock {
             gen,
-            sb_block: le64(block, OFF_SB_BLOCK),
-            nr_meta_blocks: le32(block, OFF_NR_META_BLOCKS),
-            nr_reserved_seq: le32(block, OFF_NR_RESERVED_SEQ),
-            nr_chunks: le32(block, OFF_NR_CHUNKS),
-            nr_map_blocks: le32(block, OFF_NR_MAP_BLOCKS),
-            nr_bitmap_blocks: le32(block, OFF_NR_BITMAP_BLOCKS),
-            label: [0; LABEL_LEN],
-            set_uuid: [0; 16],
-            dev_uuid: [0; 16],
-        };
-        sb.label
-            .copy_from_slice(&block[OFF_LABEL..OFF_LABEL + LABEL_LEN]);
-        sb.set_uuid
-            .copy_from_slice(&block[OFF_SET_UUID..OFF_SET_UUID + 16]);
-        sb.dev_uuid
-            .copy_from_slice(&block[OFF_DEV_UUID..OFF_DEV_UUID + 16]);
-        Ok(sb)
+            sb_block: raw.sb_block.get(),
+            nr_meta_blocks: raw.nr_meta_blocks.get(),
+            nr_reserved_seq: raw.nr_reserved_seq.get(),
+            nr_chunks: raw.nr_chunks.get(),
+            nr_map_blocks: raw.nr_map_blocks.get(),
+            nr_bitmap_blocks: raw.nr_bitmap_blocks.get(),
+            label: raw.label,
+            set_uuid: raw.set_uuid,
+            dev_uuid: raw.dev_uuid,
+        })
     }
 }
+
+/// A map entry as stored (`struct dmz_map`): two little-endian zone numbers.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+struct RawMapEntry {
+    dzone: U32,
+    bzone: U32,
+}
+
+const MAP_ENTRY_LEN: usize = size_of::<RawMapEntry>();
+const _: () = assert!(MAP_ENTRY_LEN == 8);
+const _: () = assert!(offset_of!(RawMapEntry, bzone) == 4);
+const _: () = assert!(MAP_ENTRIES_PER_BLOCK * MAP_ENTRY_LEN == BLOCK);
 
 /// One chunk mapping entry (`struct dmz_map`): data zone and optional buffer zone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -271,18 +280,22 @@ impl MapEntry {
 
     /// Entry `index` (0..512) of a map block.
     pub fn read(block: &[u8], index: usize) -> MapEntry {
-        let off = index * 8;
+        let (raw, _) = RawMapEntry::ref_from_prefix(&block[index * MAP_ENTRY_LEN..])
+            .expect("map entry inside the block");
         MapEntry {
-            dzone: le32(block, off),
-            bzone: le32(block, off + 4),
+            dzone: raw.dzone.get(),
+            bzone: raw.bzone.get(),
         }
     }
 
     /// Store this entry at `index` (0..512) of a map block.
     pub fn write(&self, block: &mut [u8], index: usize) {
-        let off = index * 8;
-        put32(block, off, self.dzone);
-        put32(block, off + 4, self.bzone);
+        let raw = RawMapEntry {
+            dzone: self.dzone.into(),
+            bzone: self.bzone.into(),
+        };
+        raw.write_to_prefix(&mut block[index * MAP_ENTRY_LEN..])
+            .expect("map entry inside the block");
     }
 }
 

@@ -41,14 +41,6 @@ pub fn default_label(dev: &dyn ZonedDevice) -> String {
     format!("zonedd-{:08x}", linux_crc32(0, dev.describe().as_bytes()))
 }
 
-/// A random (version 4) UUID.
-fn random_uuid() -> [u8; 16] {
-    let mut u: [u8; 16] = rand::random();
-    u[6] = (u[6] & 0x0f) | 0x40;
-    u[8] = (u[8] & 0x3f) | 0x80;
-    u
-}
-
 /// Split `nblocks` metadata blocks of `set` from `first_mblk` into device extents that never
 /// cross a zone end nor exceed [`MAX_IO_BLOCKS`]: yields (byte offset, first block index, count).
 fn extents(layout: &Layout, set: usize, first_mblk: u32, nblocks: u32) -> Vec<(u64, u32, u32)> {
@@ -144,8 +136,8 @@ pub fn format_device(
         Some(l) => label_field(l)?,
         None => label_field(&default_label(dev))?,
     };
-    let set_uuid = random_uuid();
-    let dev_uuid = random_uuid();
+    let set_uuid = uuid::Uuid::new_v4().into_bytes();
+    let dev_uuid = uuid::Uuid::new_v4().into_bytes();
     let total = 2 * layout.nr_meta_blocks as u64;
     progress(0, total);
     dev.reset_all()?;

@@ -1,13 +1,13 @@
 //! A catalogue of injected metadata corruptions: `check` finds each one, `check --repair`
 //! fixes those it claims to, and a second check is clean.
 
-mod check_support;
+mod common;
 
-use check_support::{MemDevice, B};
+use common::*;
 use dmz::check::{check, FindingKind};
 use dmz::format::*;
 use dmz::sets::*;
-use zbd::{ZoneCondition, ZonedDevice};
+use zbd::{MemDevice, ZoneCondition, ZonedDevice};
 
 /// 16 zones of 1 MiB (256 blocks): zones 0-1 metadata, 2-5 conventional, 6-15 sequential;
 /// 2 reserved, 12 chunks.
@@ -17,35 +17,19 @@ fn setup() -> (MemDevice, Layout) {
 
 /// `setup`, with `pre` applied to the device before formatting.
 fn setup_with(pre: impl Fn(&MemDevice)) -> (MemDevice, Layout) {
-    let dev = MemDevice::new(16, 256, 6);
+    let dev = mem_device(1024, 16, 6);
     pre(&dev);
-    let opts = FormatOptions {
-        label: Some("chk".into()),
-        reserved_seq: 2,
-    };
-    let l = format_device(&dev, &opts, &mut |_, _| {}).unwrap();
+    let l = format_labeled(&dev, "chk", 2);
     (dev, l)
 }
 
-/// Change one metadata block in the given sets.
-fn edit_block(dev: &MemDevice, l: &Layout, sets: &[usize], mblk: u32, f: impl Fn(&mut [u8])) {
-    for &s in sets {
-        let mut b = vec![0u8; B];
-        read_meta_blocks(dev, l, s, mblk, &mut b).unwrap();
-        f(&mut b);
-        write_meta_blocks(dev, l, s, mblk, &b).unwrap();
-    }
-}
-
+/// Map `chunk` to (`dzone`, `bzone`) in both sets.
 fn map(dev: &MemDevice, l: &Layout, chunk: u32, dzone: u32, bzone: u32) {
-    let (m, i) = l.map_block(chunk);
-    edit_block(dev, l, &[0, 1], m, |b| {
-        MapEntry { dzone, bzone }.write(b, i)
-    });
+    set_map_entry(dev, l, &[0, 1], chunk, dzone, bzone);
 }
 
 fn valid(dev: &MemDevice, l: &Layout, zone: u32, blocks: std::ops::Range<u32>) {
-    edit_block(dev, l, &[0, 1], l.bitmap_block(zone, 0), |b| {
+    edit_meta_block(dev, l, &[0, 1], l.bitmap_block(zone, 0), |b| {
         for k in blocks.clone() {
             set_bit(b, k);
         }
@@ -53,22 +37,15 @@ fn valid(dev: &MemDevice, l: &Layout, zone: u32, blocks: std::ops::Range<u32>) {
 }
 
 fn is_valid(dev: &MemDevice, l: &Layout, set: usize, zone: u32, k: u32) -> bool {
-    let mut b = vec![0u8; B];
+    let mut b = vec![0u8; BS];
     read_meta_blocks(dev, l, set, l.bitmap_block(zone, 0), &mut b).unwrap();
     test_bit(&b, k)
 }
 
-fn entry(dev: &MemDevice, l: &Layout, set: usize, chunk: u32) -> MapEntry {
-    let (m, i) = l.map_block(chunk);
-    let mut b = vec![0u8; B];
-    read_meta_blocks(dev, l, set, m, &mut b).unwrap();
-    MapEntry::read(&b, i)
-}
-
 /// Write `n` blocks of data at the write pointer of sequential zone `z`.
 fn write_seq(dev: &MemDevice, z: u32, n: usize) {
-    let zone = dev.zone(z);
-    dev.write_at(&vec![0xABu8; n * B], zone.wp).unwrap();
+    dev.write_at(&vec![0xABu8; n * BS], zone(dev, z).wp)
+        .unwrap();
 }
 
 /// Check finds `kind`, repair fixes it, the next check is clean. Returns nothing; callers
@@ -132,12 +109,7 @@ fn consistent_mappings_are_clean() {
 
 #[test]
 fn kernel_written_vector_is_clean() {
-    let dev = MemDevice::vector();
-    dev.poke(0, include_bytes!("vectors/used-zone0-set.bin"));
-    dev.poke(
-        16384 * B as u64,
-        include_bytes!("vectors/used-zone1-set.bin"),
-    );
+    let dev = vector_used();
     let r = check(&dev, true).unwrap();
     assert!(r.errors.is_empty(), "{:#?}", r.errors);
     assert_eq!(
@@ -151,9 +123,9 @@ fn kernel_written_vector_is_clean() {
 #[test]
 fn bad_primary_crc() {
     let (dev, l) = setup();
-    dev.poke(200, &[1]);
+    poke(&dev, 200, &[1]);
     found_and_repaired(&dev, FindingKind::Superblock);
-    assert!(Superblock::decode(&dev.peek(0, B)).is_ok());
+    assert!(Superblock::decode(&peek(&dev, 0, BS)).is_ok());
     assert_eq!(load(&dev).unwrap().primary, 0);
     assert_eq!(l.set_zone, [0, 1]);
 }
@@ -161,8 +133,8 @@ fn bad_primary_crc() {
 #[test]
 fn both_superblocks_bad_is_an_error() {
     let (dev, _) = setup();
-    dev.poke(200, &[1]);
-    dev.poke(256 * B as u64 + 200, &[1]);
+    poke(&dev, 200, &[1]);
+    poke(&dev, 256 * BS as u64 + 200, &[1]);
     let e = check(&dev, false).unwrap_err().to_string();
     assert!(e.starts_with("corrupt superblock"), "{e}");
 }
@@ -173,28 +145,21 @@ fn stale_older_set() {
     map(&dev, &l, 0, 3, MAP_UNMAPPED);
     let sb = load(&dev).unwrap().sb;
     // Set 1 committed gen 2 with chunk 5 mapped; set 0 still gen 1.
-    let (m, i) = l.map_block(5);
-    edit_block(&dev, &l, &[1], m, |b| {
-        MapEntry {
-            dzone: 2,
-            bzone: MAP_UNMAPPED,
-        }
-        .write(b, i)
-    });
+    set_map_entry(&dev, &l, &[1], 5, 2, MAP_UNMAPPED);
     let mut sb2 = sb.clone();
     sb2.gen = 2;
     write_superblock(&dev, &l, 1, &sb2).unwrap();
     let r = check(&dev, false).unwrap();
     assert_eq!(r.primary, 1);
     found_and_repaired(&dev, FindingKind::StaleSet);
-    assert_eq!(entry(&dev, &l, 0, 5).dzone, 2);
-    assert_eq!(entry(&dev, &l, 1, 5).dzone, 2);
+    assert_eq!(map_entry(&dev, &l, 0, 5).dzone, 2);
+    assert_eq!(map_entry(&dev, &l, 1, 5).dzone, 2);
 }
 
 #[test]
 fn sets_differ_with_equal_gens() {
     let (dev, l) = setup();
-    edit_block(&dev, &l, &[1], l.bitmap_block(7, 0), |b| b[9] = 0x10);
+    edit_meta_block(&dev, &l, &[1], l.bitmap_block(7, 0), |b| b[9] = 0x10);
     found_and_repaired(&dev, FindingKind::SetMismatch);
     assert!(!is_valid(&dev, &l, 1, 7, 76));
 }
@@ -204,8 +169,8 @@ fn map_entry_out_of_range() {
     let (dev, l) = setup();
     map(&dev, &l, 0, 99, MAP_UNMAPPED);
     found_and_repaired(&dev, FindingKind::MapOutOfRange);
-    assert_eq!(entry(&dev, &l, 0, 0), MapEntry::UNMAPPED);
-    assert_eq!(entry(&dev, &l, 1, 0), MapEntry::UNMAPPED);
+    assert_eq!(map_entry(&dev, &l, 0, 0), MapEntry::UNMAPPED);
+    assert_eq!(map_entry(&dev, &l, 1, 0), MapEntry::UNMAPPED);
 }
 
 #[test]
@@ -213,12 +178,12 @@ fn map_entry_to_metadata_zone() {
     let (dev, l) = setup();
     map(&dev, &l, 4, 1, MAP_UNMAPPED);
     found_and_repaired(&dev, FindingKind::MapOutOfRange);
-    assert!(!entry(&dev, &l, 0, 4).is_mapped());
+    assert!(!map_entry(&dev, &l, 0, 4).is_mapped());
 }
 
 #[test]
 fn map_entry_to_offline_zone() {
-    let (dev, l) = setup_with(|d| d.set_cond(10, ZoneCondition::Offline));
+    let (dev, l) = setup_with(|d| d.set_condition(10, ZoneCondition::Offline).unwrap());
     assert_eq!(l.nr_chunks, 11);
     map(&dev, &l, 4, 10, MAP_UNMAPPED);
     found_and_repaired(&dev, FindingKind::MapOutOfRange);
@@ -238,8 +203,8 @@ fn two_chunks_share_a_zone() {
         .unwrap();
     assert_eq!((f.zone, f.chunk), (Some(3), Some(7)));
     found_and_repaired(&dev, FindingKind::SharedZone);
-    assert_eq!(entry(&dev, &l, 0, 0).dzone, 3);
-    assert!(!entry(&dev, &l, 0, 7).is_mapped());
+    assert_eq!(map_entry(&dev, &l, 0, 0).dzone, 3);
+    assert!(!map_entry(&dev, &l, 0, 7).is_mapped());
     assert!(is_valid(&dev, &l, 0, 3, 0), "chunk 0 keeps its data");
 }
 
@@ -251,7 +216,7 @@ fn data_zone_reused_as_buffer() {
     map(&dev, &l, 1, 8, 3);
     found_and_repaired(&dev, FindingKind::SharedZone);
     assert_eq!(
-        entry(&dev, &l, 0, 1),
+        map_entry(&dev, &l, 0, 1),
         MapEntry {
             dzone: 8,
             bzone: MAP_UNMAPPED
@@ -267,7 +232,7 @@ fn buffer_zone_is_sequential() {
     valid(&dev, &l, 8, 0..2);
     found_and_repaired(&dev, FindingKind::BufferNotConventional);
     assert_eq!(
-        entry(&dev, &l, 0, 0),
+        map_entry(&dev, &l, 0, 0),
         MapEntry {
             dzone: 8,
             bzone: MAP_UNMAPPED
@@ -281,7 +246,7 @@ fn buffer_on_conventional_data_zone() {
     map(&dev, &l, 0, 2, 3);
     found_and_repaired(&dev, FindingKind::BadBuffer);
     assert_eq!(
-        entry(&dev, &l, 1, 0),
+        map_entry(&dev, &l, 1, 0),
         MapEntry {
             dzone: 2,
             bzone: MAP_UNMAPPED
@@ -302,7 +267,7 @@ fn unmapped_chunk_with_buffer() {
     let (dev, l) = setup();
     map(&dev, &l, 3, MAP_UNMAPPED, 4);
     found_and_repaired(&dev, FindingKind::UnmappedWithBuffer);
-    assert_eq!(entry(&dev, &l, 0, 3), MapEntry::UNMAPPED);
+    assert_eq!(map_entry(&dev, &l, 0, 3), MapEntry::UNMAPPED);
 }
 
 #[test]
@@ -310,7 +275,7 @@ fn chunk_mapped_to_empty_sequential_zone() {
     let (dev, l) = setup();
     map(&dev, &l, 2, 11, MAP_UNMAPPED);
     found_and_repaired(&dev, FindingKind::EmptySeqWithoutBuffer);
-    assert!(!entry(&dev, &l, 0, 2).is_mapped());
+    assert!(!map_entry(&dev, &l, 0, 2).is_mapped());
 }
 
 #[test]
@@ -369,7 +334,7 @@ fn unmapped_sequential_zone_not_empty() {
     let (dev, _) = setup();
     write_seq(&dev, 12, 3);
     found_and_repaired(&dev, FindingKind::UnmappedSeqNotEmpty);
-    assert_eq!(dev.zone(12).wp, dev.zone(12).start);
+    assert_eq!(zone(&dev, 12).wp, zone(&dev, 12).start);
 }
 
 #[test]
@@ -377,7 +342,7 @@ fn offline_unmapped_zone_is_reported_not_fixed() {
     // A zone written, then gone read-only before the format: it cannot be reset.
     let (dev, _) = setup_with(|d| {
         write_seq(d, 12, 3);
-        d.set_cond(12, ZoneCondition::ReadOnly);
+        d.set_condition(12, ZoneCondition::ReadOnly).unwrap();
     });
     let r = check(&dev, true).unwrap();
     assert_eq!(r.errors.len(), 1);
@@ -393,7 +358,7 @@ fn several_errors_at_once() {
     map(&dev, &l, 2, 3, MAP_UNMAPPED);
     valid(&dev, &l, 5, 0..1);
     write_seq(&dev, 13, 1);
-    dev.poke(256 * B as u64 + 300, &[1]); // and a bad secondary superblock
+    poke(&dev, 256 * BS as u64 + 300, &[1]); // and a bad secondary superblock
     let r = check(&dev, true).unwrap();
     assert_eq!(r.errors.len(), 5, "{:#?}", r.errors);
     assert_eq!(r.fixed.len(), 5);

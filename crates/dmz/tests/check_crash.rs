@@ -1,37 +1,24 @@
 //! Power cuts at every write of a repair and of a set resync: the device always loads
 //! afterwards, with either the old metadata or the new one, never a mix.
 
+mod common;
+
+use common::*;
 use dmz::check::check;
 use dmz::format::*;
 use dmz::sets::*;
 use zbd::{FaultyDevice, MemDevice, ZonedDevice};
 
-const B: usize = BLOCK;
-
+/// 16 zones of 1 MiB, 6 conventional, 2 reserved.
 fn base() -> (MemDevice, Layout) {
-    let dev = MemDevice::with_zones(1 << 20, 16, 6).unwrap();
-    let opts = FormatOptions {
-        label: Some("crash".into()),
-        reserved_seq: 2,
-    };
-    let l = format_device(&dev, &opts, &mut |_, _| {}).unwrap();
+    let dev = mem_device(1024, 16, 6);
+    let l = format_dev(&dev, 2);
     (dev, l)
 }
 
 /// Blocks 1.. of a set (everything but the superblock).
 fn body(dev: &dyn ZonedDevice, l: &Layout, set: usize) -> Vec<u8> {
-    let mut b = vec![0u8; (l.nr_meta_blocks as usize - 1) * B];
-    read_meta_blocks(dev, l, set, 1, &mut b).unwrap();
-    b
-}
-
-fn edit(dev: &dyn ZonedDevice, l: &Layout, sets: &[usize], mblk: u32, f: impl Fn(&mut [u8])) {
-    for &s in sets {
-        let mut b = vec![0u8; B];
-        read_meta_blocks(dev, l, s, mblk, &mut b).unwrap();
-        f(&mut b);
-        write_meta_blocks(dev, l, s, mblk, &b).unwrap();
-    }
+    read_set(dev, l, set, 1)
 }
 
 /// Run `op` on copies of `dev` cut at every write, with every pending write kept, none kept,
@@ -79,16 +66,9 @@ fn cut_everywhere(
 fn repair_survives_a_power_cut_at_every_write() {
     let (dev, l) = base();
     // Corrupt both sets the same way: a chunk pointing past the device, stray bits.
-    let (m, i) = l.map_block(0);
-    edit(&dev, &l, &[0, 1], m, |b| {
-        MapEntry {
-            dzone: 99,
-            bzone: MAP_UNMAPPED,
-        }
-        .write(b, i)
-    });
-    edit(&dev, &l, &[0, 1], l.bitmap_block(5, 0), |b| b[0] = 0xF0);
-    dev.write_at(&[1u8; B], 12 << 20).unwrap();
+    set_map_entry(&dev, &l, &[0, 1], 0, 99, MAP_UNMAPPED);
+    edit_meta_block(&dev, &l, &[0, 1], l.bitmap_block(5, 0), |b| b[0] = 0xF0);
+    dev.write_at(&[1u8; BS], 12 << 20).unwrap();
     dev.flush().unwrap();
     let old = (1, body(&dev, &l, 0));
     let fixed = dev.snapshot();
@@ -106,21 +86,9 @@ fn resync_survives_a_power_cut_at_every_write() {
     let (dev, l) = base();
     // A commit that crashed between its two superblocks: set 1 at gen 2 with new blocks,
     // set 0 at gen 1 with one of them half-logged.
-    let (m, i) = l.map_block(3);
-    edit(&dev, &l, &[1], m, |b| {
-        MapEntry {
-            dzone: 2,
-            bzone: MAP_UNMAPPED,
-        }
-        .write(b, i)
-    });
-    edit(&dev, &l, &[1, 0], l.bitmap_block(2, 0), |b| b[0] = 0x0F);
-    let mut sb = Superblock::decode(&{
-        let mut b = vec![0u8; B];
-        read_meta_blocks(&dev, &l, 1, 0, &mut b).unwrap();
-        b
-    })
-    .unwrap();
+    set_map_entry(&dev, &l, &[1], 3, 2, MAP_UNMAPPED);
+    edit_meta_block(&dev, &l, &[1, 0], l.bitmap_block(2, 0), |b| b[0] = 0x0F);
+    let mut sb = Superblock::decode(&read_set(&dev, &l, 1, 0)).unwrap();
     sb.gen = 2;
     write_superblock(&dev, &l, 1, &sb).unwrap();
     dev.flush().unwrap();

@@ -2,52 +2,50 @@
 //! the engine has replayed its log. (Checking a crashed volume *before* the engine replayed its
 //! log is a different matter: see `crashed_volume_before_replay`.)
 
+mod common;
+
 use std::sync::Arc;
 
+use common::*;
 use dmz::check::{check, FindingKind};
-use dmz::engine::{Engine, EngineOptions};
-use dmz::sets::{format_device, FormatOptions};
-use zbd::{MemDevice, ZonedDevice};
+use dmz::engine::Engine;
+use zbd::MemDevice;
 
-const BS: usize = 4096;
-
+/// 32 zones of 1 MiB, 8 conventional, 2 reserved.
 fn formatted() -> Arc<MemDevice> {
-    let dev = Arc::new(MemDevice::with_zones(1 << 20, 32, 8).unwrap());
-    let opts = FormatOptions {
-        label: Some("eng".into()),
-        reserved_seq: 2,
-    };
-    format_device(&*dev, &opts, &mut |_, _| {}).unwrap();
-    dev
+    formatted_mem(1024, 32, 8, 2)
 }
 
 /// Reclaim off: what it leaves depends on timing (a zone it frees is reset only later).
-fn open(dev: &Arc<MemDevice>) -> Engine {
-    let d: Arc<dyn ZonedDevice> = dev.clone();
-    let mut opts = EngineOptions::default();
+fn open_dev(dev: &Arc<MemDevice>) -> Engine {
+    let mut opts = test_opts();
     opts.reclaim.enabled = false;
-    Engine::open(d, opts).unwrap()
+    open(dev.clone(), opts)
 }
 
-/// Aligned and unaligned first writes, overwrites (buffer zones), a discard.
-fn workload(e: &Engine) {
-    let cs = e.chunk_size();
-    let w: Vec<u8> = (0..4 * BS).map(|i| (i * 7 + 3) as u8).collect();
+/// Aligned and unaligned first writes, overwrites (buffer zones), a discard; returns what
+/// each block should read back as.
+fn workload(e: &Engine) -> Written {
+    let cb = e.chunk_size() / BS as u64;
+    let mut w = Written::new(e);
     for c in 0..6u64 {
-        e.write(c * cs, &w, false).unwrap();
-        e.write(c * cs + 9 * BS as u64, &w[..BS], false).unwrap();
-        e.write(c * cs + BS as u64, &w[..2 * BS], false).unwrap();
+        w.write(e, c * cb, 4, 3 * c + 1);
+        w.write(e, c * cb + 9, 1, 3 * c + 2);
+        w.write(e, c * cb + 1, 2, 3 * c + 3);
     }
-    e.discard(2 * cs, BS as u64).unwrap();
+    e.discard(2 * cb * BS as u64, BS as u64).unwrap();
+    w.record(2 * cb, 1, 0);
     e.flush().unwrap();
+    w
 }
 
 #[test]
 fn clean_close_passes_check() {
     let dev = formatted();
-    let e = open(&dev);
-    workload(&e);
-    e.close().unwrap();
+    let e = open_dev(&dev);
+    let w = workload(&e);
+    w.verify(&e);
+    close(e);
     let r = check(&*dev, false).unwrap();
     assert!(r.errors.is_empty(), "{:#?}", r.errors);
     assert!(r.summary.mapped_chunks >= 6, "{:?}", r.summary);
@@ -57,11 +55,12 @@ fn clean_close_passes_check() {
 #[test]
 fn crash_then_replay_passes_check() {
     let dev = formatted();
-    let e = open(&dev);
-    workload(&e);
-    e.crash_for_test();
-    let e = open(&dev);
-    e.close().unwrap();
+    let e = open_dev(&dev);
+    let w = workload(&e);
+    crash(e);
+    let e = open_dev(&dev);
+    w.verify(&e);
+    close(e);
     let r = check(&*dev, false).unwrap();
     assert!(r.errors.is_empty(), "{:#?}", r.errors);
     assert!(r.summary.mapped_chunks >= 6);
@@ -73,9 +72,9 @@ fn crashed_volume_before_replay_looks_unmapped() {
     // do not map them yet, so a plain check sees their zones as written but unmapped. This is
     // why `zonedd check --repair` replays the log with the engine first.
     let dev = formatted();
-    let e = open(&dev);
-    workload(&e);
-    e.crash_for_test();
+    let e = open_dev(&dev);
+    let w = workload(&e);
+    crash(e);
     let r = check(&*dev, false).unwrap();
     assert!(!r.errors.is_empty());
     assert!(r
@@ -83,11 +82,9 @@ fn crashed_volume_before_replay_looks_unmapped() {
         .iter()
         .all(|f| f.kind == FindingKind::UnmappedSeqNotEmpty));
     // Replay, then the volume is consistent and the data is all there.
-    let e = open(&dev);
-    let mut b = vec![0u8; BS];
-    e.read(e.chunk_size() * 5 + 9 * BS as u64, &mut b).unwrap();
-    assert_eq!(b[0], 3, "logged write survived");
-    e.close().unwrap();
+    let e = open_dev(&dev);
+    w.verify(&e);
+    close(e);
     assert!(check(&*dev, false)
         .unwrap()
         .errors

@@ -1,10 +1,10 @@
 //! Basic engine behaviour: round trips, zeros, discard, reopen, errors.
 
-mod engine_util;
+mod common;
 
 use std::sync::Arc;
 
-use engine_util::*;
+use common::*;
 use zbd::ZonedDevice;
 
 #[test]
@@ -34,7 +34,7 @@ fn write_read_reopen() {
     assert!(r[..BS].iter().all(|&b| b == 0), "discarded reads zeros");
     let s = e.stats();
     assert!(s.zones_buffer >= 1, "{s:?}");
-    e.close().unwrap();
+    close(e);
 
     let e = open(dev.clone(), test_opts());
     let mut r = vec![0u8; 2 * BS];
@@ -45,7 +45,7 @@ fn write_read_reopen() {
     assert_eq!(&r[..], &w[..2 * BS]);
     e.read(cs + 5 * BS as u64, &mut r).unwrap();
     assert_eq!(&r[..], &w[..2 * BS]);
-    e.close().unwrap();
+    close(e);
 }
 
 #[test]
@@ -62,7 +62,7 @@ fn bad_requests_are_einval() {
         e.write(e.capacity(), &b, false).unwrap_err().errno(),
         libc::EINVAL
     );
-    e.close().unwrap();
+    close(e);
 }
 
 #[test]
@@ -79,23 +79,23 @@ fn whole_chunk_discard_frees_zones() {
     let s = e.stats();
     assert_eq!(s.chunks_mapped, 0);
     assert_eq!(s.zones_free, free0, "{s:?}");
-    e.close().unwrap();
+    assert_blocks(&e, 0, 2 * e.chunk_size() / BS as u64, 0);
+    close(e);
 }
 
 #[test]
 fn daemon_crash_keeps_acknowledged_writes_without_flush() {
     let dev = formatted_mem(1024, 32, 8, 2);
     let e = open(dev.clone(), test_opts());
-    let mut w = vec![0u8; 8 * BS];
+    let mut written = Written::new(&e);
     for i in 0..40u64 {
-        pattern(i, i * 8, &mut w);
         let off = (i * 37 % 200) * BS as u64 * 8 % (e.capacity() - 8 * BS as u64);
-        e.write(off / BS as u64 * BS as u64, &w, false).unwrap();
+        written.write(&e, off / BS as u64, 8, i + 1);
     }
     let snap = Arc::new(dev.snapshot());
     let mut model = vec![0u8; e.capacity() as usize];
     e.read(0, &mut model).unwrap();
-    e.crash_for_test();
+    crash(e);
     let e2 = open(snap as Arc<dyn ZonedDevice>, test_opts());
     let mut got = vec![0u8; e2.capacity() as usize];
     e2.read(0, &mut got).unwrap();
@@ -103,5 +103,6 @@ fn daemon_crash_keeps_acknowledged_writes_without_flush() {
         got == model,
         "acknowledged writes lost after a daemon crash"
     );
-    e2.close().unwrap();
+    written.verify(&e2);
+    close(e2);
 }

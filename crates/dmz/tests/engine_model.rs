@@ -5,12 +5,12 @@
 //! block. `DMZ_MODEL_OPS` sets the operation count (default: 1,000,000 in release builds,
 //! 3,000 in debug builds); `DMZ_MODEL_SEED` the seed.
 
-mod engine_util;
+mod common;
 
 use std::sync::Arc;
 
+use common::*;
 use dmz::engine::{Engine, VictimPolicy};
-use engine_util::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zbd::{MemDevice, ZonedDevice};
@@ -68,9 +68,9 @@ impl Run {
     fn reopen(&mut self, crash: bool) {
         let e = self.e.take().expect("open");
         if crash {
-            e.crash_for_test();
+            common::crash(e);
         } else {
-            e.close().expect("close");
+            close(e);
         }
         let dev: Arc<dyn ZonedDevice> = self.dev.clone();
         self.e = Some(open(dev, self.opts()));
@@ -250,7 +250,7 @@ fn run(seed: u64, ops: u64, policy: VictimPolicy, parallel: usize) {
     );
     r.reopen(false);
     r.check_all();
-    r.e.take().unwrap().close().unwrap();
+    close(r.e.take().unwrap());
 }
 
 #[test]

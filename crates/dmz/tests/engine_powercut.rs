@@ -4,15 +4,15 @@
 //! exactly (or a later acknowledged overwrite), and no block may return data never
 //! written to it. Release builds run at least 10,000 crash points; the count is printed.
 
-mod engine_util;
+mod common;
 
 use std::sync::Arc;
 
+use common::*;
 use dmz::engine::{Engine, EngineOptions};
-use engine_util::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use zbd::{FaultyDevice, MemDevice, ZonedDevice};
+use zbd::{FaultyDevice, ZonedDevice};
 
 #[derive(Debug, Clone, Copy)]
 enum Op {
@@ -123,16 +123,7 @@ fn verify(e: &Engine, ops: &[Op], done: usize, blocks: u64, what: &str) {
             .unwrap_or(0);
         let ok: Vec<u64> = v[durable..].iter().map(|&(_, id)| id).collect();
         let blk = &got[b * BS..(b + 1) * BS];
-        let id = if blk.iter().all(|&x| x == 0) {
-            0
-        } else {
-            let (id, pb) = pattern_of(blk);
-            assert_eq!(pb, b as u64, "{what}: block {b} holds block {pb}'s data");
-            let mut exp = vec![0u8; BS];
-            pattern(id, b as u64, &mut exp);
-            assert!(exp == blk, "{what}: block {b} holds garbage");
-            id
-        };
+        let id = block_id(blk, b as u64).unwrap_or_else(|m| panic!("{what}: {m}"));
         assert!(
             ok.contains(&id),
             "{what}: block {b} reads write {id}, acceptable {ok:?} (done {done}, last sync {last_sync:?})"
@@ -151,19 +142,18 @@ fn power_cut_at_every_write() {
         .unwrap_or(0);
     let nops = if release { 70 } else { 40 };
     // 24 zones of 256 KiB (64 blocks), 8 conventional: 20 chunks, reclaim needed.
-    let template = MemDevice::with_zones(256 * 1024, 24, 8).unwrap();
-    format_dev(&template, 2);
+    let template = formatted_mem(256, 24, 8, 2);
     let mut points = 0u64;
     let mut slow = std::time::Duration::ZERO;
     let start = std::time::Instant::now();
     for seed in first..first + seeds {
         // Dry run: how many device writes the workload makes.
         let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
-        let e = Engine::open(dev.clone(), opts()).unwrap();
+        let e = open(dev.clone(), opts());
         let cap_blocks = e.capacity() / BS as u64;
         let ops = workload(seed, nops, cap_blocks, e.chunk_size() / BS as u64);
         assert_eq!(run(&e, &ops), ops.len());
-        e.crash_for_test();
+        crash(e);
         let total = dev.write_count();
         eprintln!(
             "seed {seed}: {total} device writes; {points} points so far, {:.1} s, slowest {slow:?}",
@@ -178,6 +168,7 @@ fn power_cut_at_every_write() {
                 let done = match Engine::open(dev.clone(), opts()) {
                     Ok(e) => {
                         let d = run(&e, &ops);
+                        // The device is dead: no consistency check (it reads bitmaps).
                         e.crash_for_test();
                         d
                     }
@@ -197,7 +188,7 @@ fn power_cut_at_every_write() {
                 let e = Engine::open(d2, opts())
                     .unwrap_or_else(|err| panic!("{what}: reopen failed: {err}"));
                 verify(&e, &ops, done, cap_blocks, &what);
-                e.crash_for_test();
+                crash(e);
                 points += 1;
                 slow = slow.max(t0.elapsed());
             }

@@ -2,13 +2,15 @@
 //! may fail with ENOSPC while zones are reclaimable (a filesystem shuts down on ENOSPC from
 //! its block device). Reproduces what xfs-stress saw in the VM: reclaim skipped the chunks
 //! whose writers held their locks, counted the pass as "nothing freed", and waiting writers
-//! got ENOSPC although most of the device was free.
+//! got ENOSPC although most of the device was free. Afterwards every block reads back as
+//! last written.
 
-mod engine_util;
+mod common;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use engine_util::*;
+use common::*;
 
 #[test]
 fn concurrent_overwrites_with_two_buffer_zones_never_get_enospc() {
@@ -34,10 +36,9 @@ fn overwrites_never_get_enospc(parallel: usize) {
     let blocks_per_chunk = cs / BS as u64;
     // Fill every chunk sequentially (straight into sequential zones), so each later
     // overwrite needs one of the two buffer zones.
-    let mut buf = vec![0u8; cs as usize];
+    let mut written = Written::new(&e);
     for c in 0..nr_chunks {
-        pattern(c + 1, c * blocks_per_chunk, &mut buf);
-        e.write(c * cs, &buf, false).unwrap();
+        written.write(&e, c * blocks_per_chunk, blocks_per_chunk, c + 1);
     }
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
@@ -45,27 +46,48 @@ fn overwrites_never_get_enospc(parallel: usize) {
             std::thread::spawn(move || {
                 let mut rng = t * 7919 + 1;
                 let mut b = vec![0u8; BS];
+                // (block, write id) in the order written.
+                let mut writes = Vec::new();
                 for i in 0..300u64 {
                     rng ^= rng << 13;
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let block = rng % (nr_chunks * blocks_per_chunk);
-                    pattern(1000 + t * 1000 + i, block, &mut b);
+                    let id = 1000 + t * 1000 + i;
+                    pattern(id, block, &mut b);
                     if let Err(err) = e.write(block * BS as u64, &b, false) {
                         return Err(format!(
                             "thread {t} write {i} at block {block}: {err}; {:?}",
                             e.stats()
                         ));
                     }
+                    writes.push((block, id));
                 }
-                Ok(())
+                Ok(writes)
             })
         })
         .collect();
+    // A block overwritten by several threads holds the last write of one of them.
+    let mut last: HashMap<u64, Vec<u64>> = HashMap::new();
     for t in threads {
-        t.join().unwrap().unwrap();
+        let mut mine: HashMap<u64, u64> = HashMap::new();
+        for (block, id) in t.join().unwrap().unwrap() {
+            mine.insert(block, id);
+        }
+        for (block, id) in mine {
+            last.entry(block).or_default().push(id);
+        }
     }
     let s = e.stats();
     assert!(s.reclaim_zones > 0, "reclaim must have run: {s:?}");
-    Arc::try_unwrap(e).ok().unwrap().close().unwrap();
+    verify_blocks(&e, 0, nr_chunks * blocks_per_chunk, |b, got| {
+        match last.get(&b) {
+            Some(ids) if ids.contains(&got) => Ok(()),
+            Some(ids) => Err(format!(
+                "block {b} holds write {got}, expected one of {ids:?}"
+            )),
+            None => expect_id(b, got, written.id(b)),
+        }
+    });
+    close(Arc::try_unwrap(e).ok().unwrap());
 }

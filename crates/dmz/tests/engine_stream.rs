@@ -3,9 +3,9 @@
 //! the data zone once the stream reaches it, so no conventional zone ends up holding the
 //! chunk and no whole-zone reclaim is needed.
 
-mod engine_util;
+mod common;
 
-use engine_util::*;
+use common::*;
 
 #[test]
 fn out_of_order_stream_is_written_to_sequential_zones() {
@@ -40,17 +40,11 @@ fn out_of_order_stream_is_written_to_sequential_zones() {
     // Every early piece was copied exactly once.
     let early_blocks = chunks * (pieces / 2) * piece / BS as u64;
     assert_eq!(s.catch_up_blocks, early_blocks, "{s:?}");
-    let mut want = vec![0u8; piece as usize];
-    let mut got = vec![0u8; piece as usize];
+    let bs = BS as u64;
     for c in 0..chunks {
-        for p in 0..pieces {
-            let off = c * cs + p * piece;
-            pattern(c + 1, off / BS as u64, &mut want);
-            e.read(off, &mut got).unwrap();
-            assert!(got == want, "chunk {c} piece {p} differs");
-        }
+        assert_blocks(&e, c * cs / bs, cs / bs, c + 1);
     }
-    e.close().unwrap();
+    close(e);
 }
 
 #[test]
@@ -81,5 +75,5 @@ fn first_write_near_a_chunk_start_waits_in_a_buffer_far_takes_a_conventional_zon
         e.read(off, &mut got).unwrap();
         assert!(got == b, "block at {off} differs");
     }
-    e.close().unwrap();
+    close(e);
 }

@@ -1,49 +1,17 @@
 //! The dm-zoned v2 vectors (dmzadm 2.2.2 + Linux 6.12 on a 24-zone null_blk; see
 //! tests/vectors/README.md): decode, re-encode byte for byte, and size the same device.
 
-use dmz::format::*;
-use zbd::{Geometry, Zone, ZoneCondition, ZoneType};
+mod common;
 
-const FRESH0: &[u8] = include_bytes!("vectors/fresh-zone0-set.bin");
-const FRESH1: &[u8] = include_bytes!("vectors/fresh-zone1-set.bin");
-const USED0: &[u8] = include_bytes!("vectors/used-zone0-set.bin");
-const USED1: &[u8] = include_bytes!("vectors/used-zone1-set.bin");
+use common::*;
+use dmz::format::*;
+use zbd::{ZoneCondition, ZoneType};
 
 const ZONE: u64 = 64 << 20;
 
 /// The vector device: 24 zones of 64 MiB, 0-7 conventional, 8-23 sequential and empty.
-fn vector_zones() -> (Vec<Zone>, Geometry) {
-    let zones = (0..24u32)
-        .map(|i| {
-            let conv = i < 8;
-            Zone {
-                id: i,
-                start: i as u64 * ZONE,
-                len: ZONE,
-                capacity: ZONE,
-                wp: i as u64 * ZONE,
-                zone_type: if conv {
-                    ZoneType::Conventional
-                } else {
-                    ZoneType::SeqWriteRequired
-                },
-                cond: if conv {
-                    ZoneCondition::NotWp
-                } else {
-                    ZoneCondition::Empty
-                },
-            }
-        })
-        .collect();
-    let geo = Geometry {
-        zone_size: ZONE,
-        zone_capacity: ZONE,
-        nr_zones: 24,
-        block_size: 4096,
-        max_open_zones: 0,
-        max_active_zones: 0,
-    };
-    (zones, geo)
+fn vector_zones() -> (Vec<zbd::Zone>, zbd::Geometry) {
+    zone_table(ZONE >> 10, 24, 8)
 }
 
 fn sb_of(set: &[u8]) -> Superblock {
@@ -214,35 +182,7 @@ fn sizing_matches_the_vector() {
 #[test]
 fn sizing_14tb_worked_example() {
     // 52,154 zones of 256 MiB, the first 524 conventional (about 1%, like SMR drives).
-    let zs = 256u64 << 20;
-    let n = 52_154u32;
-    let zones: Vec<Zone> = (0..n)
-        .map(|i| Zone {
-            id: i,
-            start: i as u64 * zs,
-            len: zs,
-            capacity: zs,
-            wp: i as u64 * zs,
-            zone_type: if i < 524 {
-                ZoneType::Conventional
-            } else {
-                ZoneType::SeqWriteRequired
-            },
-            cond: if i < 524 {
-                ZoneCondition::NotWp
-            } else {
-                ZoneCondition::Empty
-            },
-        })
-        .collect();
-    let geo = Geometry {
-        zone_size: zs,
-        zone_capacity: zs,
-        nr_zones: n,
-        block_size: 4096,
-        max_open_zones: 0,
-        max_active_zones: 0,
-    };
+    let (zones, geo) = zone_table(256 << 10, 52_154, 524);
     let l = Layout::compute(&zones, &geo, 16).unwrap();
     assert_eq!(l.zone_bitmap_blocks, 2);
     assert_eq!(l.nr_bitmap_blocks, 104_308);
