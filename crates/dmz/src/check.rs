@@ -162,10 +162,9 @@ impl Ctx<'_> {
 
     /// The mapping checks; returns the owner chunk of every zone after the planned fixes.
     fn check_mapping(&mut self) -> Vec<Option<u32>> {
-        let nr_zones = self.layout.nr_zones;
-        let mut owner: Vec<Option<u32>> = vec![None; nr_zones as usize];
+        let mut owner: Vec<Option<u32>> = vec![None; self.layout.nr_zones as usize];
         for chunk in 0..self.layout.nr_chunks {
-            let mut e = self.map[chunk as usize];
+            let e = self.map[chunk as usize];
             if !e.is_mapped() {
                 if e.has_buffer() {
                     self.add(
@@ -181,94 +180,11 @@ impl Ctx<'_> {
                 }
                 continue;
             }
+            if !self.check_data_zone(chunk, e, &mut owner) {
+                continue;
+            }
+            let e = self.check_buffer_zone(chunk, e, &mut owner);
             let d = e.dzone;
-            let bad_d = if d >= nr_zones {
-                Some(format!("past the last zone ({})", nr_zones - 1))
-            } else if self.layout.is_meta_zone(d) {
-                Some("a metadata zone".to_string())
-            } else if !self.usable(d) {
-                Some("offline, read-only or a runt zone".to_string())
-            } else {
-                None
-            };
-            if let Some(why) = bad_d {
-                self.add(
-                    finding(
-                        FindingKind::MapOutOfRange,
-                        Some(d),
-                        Some(chunk),
-                        format!("chunk {chunk} data zone {d} is {why}"),
-                    ),
-                    true,
-                );
-                for z in [d, e.bzone] {
-                    if z < nr_zones && !self.layout.is_meta_zone(z) {
-                        self.dropped_from[z as usize].get_or_insert(chunk);
-                    }
-                }
-                self.set_entry(chunk, MapEntry::UNMAPPED);
-                continue;
-            }
-            if let Some(other) = owner[d as usize] {
-                self.add(
-                    finding(
-                        FindingKind::SharedZone,
-                        Some(d),
-                        Some(chunk),
-                        format!("chunk {chunk} data zone {d} is already used by chunk {other}"),
-                    ),
-                    true,
-                );
-                self.set_entry(chunk, MapEntry::UNMAPPED);
-                continue;
-            }
-            owner[d as usize] = Some(chunk);
-            if e.has_buffer() {
-                let b = e.bzone;
-                let bad = if b >= nr_zones || self.layout.is_meta_zone(b) || !self.usable(b) {
-                    Some((
-                        FindingKind::BadBuffer,
-                        format!("chunk {chunk} buffer zone {b} is out of range or unusable"),
-                    ))
-                } else if b == d {
-                    Some((
-                        FindingKind::BadBuffer,
-                        format!("chunk {chunk} buffer zone {b} is its data zone"),
-                    ))
-                } else if !self.is_seq(d) {
-                    Some((
-                        FindingKind::BadBuffer,
-                        format!(
-                            "chunk {chunk} has conventional data zone {d} and a buffer zone {b}"
-                        ),
-                    ))
-                } else if self.zones[b as usize].zone_type != ZoneType::Conventional {
-                    Some((
-                        FindingKind::BufferNotConventional,
-                        format!("chunk {chunk} buffer zone {b} is not conventional"),
-                    ))
-                } else {
-                    owner[b as usize].map(|other| {
-                        (
-                            FindingKind::SharedZone,
-                            format!(
-                                "chunk {chunk} buffer zone {b} is already used by chunk {other}"
-                            ),
-                        )
-                    })
-                };
-                match bad {
-                    Some((kind, msg)) => {
-                        self.add(finding(kind, Some(b), Some(chunk), msg), true);
-                        if b < nr_zones && b != d && !self.layout.is_meta_zone(b) {
-                            self.dropped_from[b as usize].get_or_insert(chunk);
-                        }
-                        e.bzone = MAP_UNMAPPED;
-                        self.set_entry(chunk, e);
-                    }
-                    None => owner[b as usize] = Some(chunk),
-                }
-            }
             if !e.has_buffer() && self.is_seq(d) && self.wp_block(d) == 0 {
                 self.add(
                     finding(
@@ -286,6 +202,111 @@ impl Ctx<'_> {
             }
         }
         owner
+    }
+
+    /// A mapped chunk's data zone: in range, not metadata, usable, not another chunk's.
+    /// True if the chunk keeps it (and now owns it); otherwise the chunk is unmapped.
+    fn check_data_zone(&mut self, chunk: u32, e: MapEntry, owner: &mut [Option<u32>]) -> bool {
+        let nr_zones = self.layout.nr_zones;
+        let d = e.dzone;
+        let bad_d = if d >= nr_zones {
+            Some(format!("past the last zone ({})", nr_zones - 1))
+        } else if self.layout.is_meta_zone(d) {
+            Some("a metadata zone".to_string())
+        } else if !self.usable(d) {
+            Some("offline, read-only or a runt zone".to_string())
+        } else {
+            None
+        };
+        if let Some(why) = bad_d {
+            self.add(
+                finding(
+                    FindingKind::MapOutOfRange,
+                    Some(d),
+                    Some(chunk),
+                    format!("chunk {chunk} data zone {d} is {why}"),
+                ),
+                true,
+            );
+            for z in [d, e.bzone] {
+                if z < nr_zones && !self.layout.is_meta_zone(z) {
+                    self.dropped_from[z as usize].get_or_insert(chunk);
+                }
+            }
+            self.set_entry(chunk, MapEntry::UNMAPPED);
+            return false;
+        }
+        if let Some(other) = owner[d as usize] {
+            self.add(
+                finding(
+                    FindingKind::SharedZone,
+                    Some(d),
+                    Some(chunk),
+                    format!("chunk {chunk} data zone {d} is already used by chunk {other}"),
+                ),
+                true,
+            );
+            self.set_entry(chunk, MapEntry::UNMAPPED);
+            return false;
+        }
+        owner[d as usize] = Some(chunk);
+        true
+    }
+
+    /// A chunk's buffer zone, if any: usable, not its data zone, on a sequential data zone,
+    /// conventional, not another chunk's. Returns the entry as it stays (a bad buffer
+    /// dropped).
+    fn check_buffer_zone(
+        &mut self,
+        chunk: u32,
+        mut e: MapEntry,
+        owner: &mut [Option<u32>],
+    ) -> MapEntry {
+        if !e.has_buffer() {
+            return e;
+        }
+        let (b, d) = (e.bzone, e.dzone);
+        let nr_zones = self.layout.nr_zones;
+        let bad = if b >= nr_zones || self.layout.is_meta_zone(b) || !self.usable(b) {
+            Some((
+                FindingKind::BadBuffer,
+                format!("chunk {chunk} buffer zone {b} is out of range or unusable"),
+            ))
+        } else if b == d {
+            Some((
+                FindingKind::BadBuffer,
+                format!("chunk {chunk} buffer zone {b} is its data zone"),
+            ))
+        } else if !self.is_seq(d) {
+            Some((
+                FindingKind::BadBuffer,
+                format!("chunk {chunk} has conventional data zone {d} and a buffer zone {b}"),
+            ))
+        } else if self.zones[b as usize].zone_type != ZoneType::Conventional {
+            Some((
+                FindingKind::BufferNotConventional,
+                format!("chunk {chunk} buffer zone {b} is not conventional"),
+            ))
+        } else {
+            owner[b as usize].map(|other| {
+                (
+                    FindingKind::SharedZone,
+                    format!("chunk {chunk} buffer zone {b} is already used by chunk {other}"),
+                )
+            })
+        };
+        match bad {
+            Some((kind, msg)) => {
+                self.add(finding(kind, Some(b), Some(chunk), msg), true);
+                if b < nr_zones && b != d && !self.layout.is_meta_zone(b) {
+                    self.dropped_from[b as usize].get_or_insert(chunk);
+                }
+                e.bzone = MAP_UNMAPPED;
+                self.set_entry(chunk, e);
+            }
+            None => owner[b as usize] = Some(chunk),
+        }
+        e
     }
 
     /// Read the bitmap blocks of zones `first..first+n` (whole zones), repaired copies first.
@@ -317,16 +338,7 @@ impl Ctx<'_> {
         let zbb = self.layout.zone_bitmap_blocks;
         let zone_bytes = zbb as usize * BLOCK;
         let per_batch = (BATCH_BLOCKS / zbb).max(1);
-        let zb = self.layout.zone_blocks;
         let (mut mapped, mut unmapped) = (0, 0);
-        // Bitmaps of buffer zones, checked against their data zone once both are read.
-        let mut buffer_of: Vec<Option<u32>> = vec![None; self.layout.nr_zones as usize];
-        for chunk in 0..self.layout.nr_chunks {
-            let e = self.map[chunk as usize];
-            if e.is_mapped() && e.has_buffer() {
-                buffer_of[e.dzone as usize] = Some(e.bzone);
-            }
-        }
         let mut z0 = 0;
         while z0 < self.layout.nr_zones {
             let n = per_batch.min(self.layout.nr_zones - z0);
@@ -336,79 +348,112 @@ impl Ctx<'_> {
                 // A zone's bitmap blocks are one linear LSB-first bitmap: block b of the zone
                 // is bit b (each block holds 32768 bits, or the whole zone when smaller).
                 let zbuf = &mut batch[off..off + zone_bytes];
-                let mut changed = vec![false; zbb as usize];
-                match owner[z as usize] {
+                let changed = match owner[z as usize] {
                     None => {
                         unmapped += 1;
-                        let n_valid = count_bits(zbuf);
-                        if n_valid > 0 {
-                            self.add(
-                                finding(
-                                    FindingKind::UnmappedZoneValidBits,
-                                    Some(z),
-                                    self.dropped_from[z as usize],
-                                    format!("unmapped zone {z} has {n_valid} valid blocks"),
-                                ),
-                                true,
-                            );
-                            for (i, blk) in zbuf.chunks_mut(BLOCK).enumerate() {
-                                if blk.iter().any(|&b| b != 0) {
-                                    blk.fill(0);
-                                    changed[i] = true;
-                                }
-                            }
-                        }
-                        let zone = self.zones[z as usize];
-                        if zone.zone_type.is_sequential() && zone.wp != zone.start {
-                            let resettable = self.usable(z);
-                            self.add(
-                                finding(
-                                    FindingKind::UnmappedSeqNotEmpty,
-                                    Some(z),
-                                    self.dropped_from[z as usize],
-                                    format!(
-                                        "unmapped sequential zone {z} is not empty (wp block {})",
-                                        self.wp_block(z)
-                                    ),
-                                ),
-                                resettable,
-                            );
-                            if resettable {
-                                self.to_reset.push(z);
-                            }
-                        }
+                        self.check_unmapped_zone(z, zbuf)
                     }
                     Some(chunk) => {
                         mapped += 1;
-                        let limit = if self.is_seq(z) { self.wp_block(z) } else { zb };
-                        let past = set_bits_from(zbuf, limit);
-                        if !past.is_empty() {
-                            self.add(
-                                finding(
-                                    FindingKind::ValidPastWp,
-                                    Some(z),
-                                    Some(chunk),
-                                    format!(
-                                        "zone {z} (chunk {chunk}) has {} valid blocks at or past \
-                                         its write pointer (block {limit}), first {}",
-                                        past.len(),
-                                        past[0]
-                                    ),
-                                ),
-                                true,
-                            );
-                            for &b in &past {
-                                clear_bit(zbuf, b);
-                                changed[(b / BITS_PER_BITMAP_BLOCK) as usize] = true;
-                            }
-                        }
+                        self.check_mapped_zone(z, chunk, zbuf)
                     }
-                }
+                };
                 self.keep_bitmap(z, &batch[off..off + zone_bytes], &changed);
             }
             z0 += n;
         }
-        // Blocks valid in both the data zone and its buffer: keep the buffer's copy.
+        self.check_valid_in_both(set, owner)?;
+        Ok((mapped, unmapped))
+    }
+
+    /// A zone no chunk owns: no valid bits (cleared), and empty if sequential (reset later).
+    /// Returns which of its bitmap blocks changed.
+    fn check_unmapped_zone(&mut self, z: u32, zbuf: &mut [u8]) -> Vec<bool> {
+        let mut changed = vec![false; self.layout.zone_bitmap_blocks as usize];
+        let n_valid = count_bits(zbuf);
+        if n_valid > 0 {
+            self.add(
+                finding(
+                    FindingKind::UnmappedZoneValidBits,
+                    Some(z),
+                    self.dropped_from[z as usize],
+                    format!("unmapped zone {z} has {n_valid} valid blocks"),
+                ),
+                true,
+            );
+            for (i, blk) in zbuf.chunks_mut(BLOCK).enumerate() {
+                if blk.iter().any(|&b| b != 0) {
+                    blk.fill(0);
+                    changed[i] = true;
+                }
+            }
+        }
+        let zone = self.zones[z as usize];
+        if zone.zone_type.is_sequential() && zone.wp != zone.start {
+            let resettable = self.usable(z);
+            self.add(
+                finding(
+                    FindingKind::UnmappedSeqNotEmpty,
+                    Some(z),
+                    self.dropped_from[z as usize],
+                    format!(
+                        "unmapped sequential zone {z} is not empty (wp block {})",
+                        self.wp_block(z)
+                    ),
+                ),
+                resettable,
+            );
+            if resettable {
+                self.to_reset.push(z);
+            }
+        }
+        changed
+    }
+
+    /// A zone of `chunk`: nothing valid at or past a sequential write pointer (cleared).
+    /// Returns which of its bitmap blocks changed.
+    fn check_mapped_zone(&mut self, z: u32, chunk: u32, zbuf: &mut [u8]) -> Vec<bool> {
+        let mut changed = vec![false; self.layout.zone_bitmap_blocks as usize];
+        let limit = if self.is_seq(z) {
+            self.wp_block(z)
+        } else {
+            self.layout.zone_blocks
+        };
+        let past = set_bits_from(zbuf, limit);
+        if !past.is_empty() {
+            self.add(
+                finding(
+                    FindingKind::ValidPastWp,
+                    Some(z),
+                    Some(chunk),
+                    format!(
+                        "zone {z} (chunk {chunk}) has {} valid blocks at or past \
+                         its write pointer (block {limit}), first {}",
+                        past.len(),
+                        past[0]
+                    ),
+                ),
+                true,
+            );
+            for &b in &past {
+                clear_bit(zbuf, b);
+                changed[(b / BITS_PER_BITMAP_BLOCK) as usize] = true;
+            }
+        }
+        changed
+    }
+
+    /// Blocks valid in both the data zone and its buffer: keep the buffer's copy.
+    fn check_valid_in_both(&mut self, set: usize, owner: &[Option<u32>]) -> Result<()> {
+        let zbb = self.layout.zone_bitmap_blocks;
+        // Data zone -> buffer zone, visited in zone order.
+        let mut buffer_of: Vec<Option<u32>> = vec![None; self.layout.nr_zones as usize];
+        for chunk in 0..self.layout.nr_chunks {
+            let e = self.map[chunk as usize];
+            if e.is_mapped() && e.has_buffer() {
+                buffer_of[e.dzone as usize] = Some(e.bzone);
+            }
+        }
         for d in 0..self.layout.nr_zones {
             let Some(b) = buffer_of[d as usize] else {
                 continue;
@@ -448,7 +493,7 @@ impl Ctx<'_> {
             }
             self.keep_bitmap(d, &dbuf, &changed);
         }
-        Ok((mapped, unmapped))
+        Ok(())
     }
 }
 
@@ -565,38 +610,69 @@ fn commit(ctx: &Ctx<'_>, primary: usize, sb: &Superblock) -> Result<()> {
 
 /// Check the dm-zoned metadata of `dev` (and repair it if `repair`). Errors only when the
 /// device cannot be checked at all (I/O error, no valid superblock).
-pub fn check(dev: &dyn ZonedDevice, repair: bool) -> Result<CheckReport> {
-    let p = probe(dev)?;
-    let (primary, sb, layout) = p.choose(&dev.describe())?;
-    let mut sb_findings = superblock_findings(&p, primary);
-    let mut compared = 0;
-    if let (Some((s0, _)), Some((s1, _))) = (&p.sets[0].valid, &p.sets[1].valid) {
-        if s0.gen == s1.gen {
-            let (n, differ) = compare_sets(dev, &layout, [s0, s1])?;
-            compared = n;
-            if !differ.is_empty() {
-                sb_findings.push(finding(
-                    FindingKind::SetMismatch,
-                    None,
-                    None,
-                    format!(
-                        "metadata sets differ in {} of {n} blocks (first: block {})",
-                        differ.len(),
-                        differ[0]
-                    ),
-                ));
-            }
-        }
+/// When both sets are valid with equal generations, compare them block by block: (blocks
+/// compared, a finding if they differ).
+fn compare_valid_sets(
+    dev: &dyn ZonedDevice,
+    p: &Probe,
+    layout: &Layout,
+) -> Result<(u64, Option<Finding>)> {
+    let (Some((s0, _)), Some((s1, _))) = (&p.sets[0].valid, &p.sets[1].valid) else {
+        return Ok((0, None));
+    };
+    if s0.gen != s1.gen {
+        return Ok((0, None));
     }
+    let (n, differ) = compare_sets(dev, layout, [s0, s1])?;
+    let f = (!differ.is_empty()).then(|| {
+        finding(
+            FindingKind::SetMismatch,
+            None,
+            None,
+            format!(
+                "metadata sets differ in {} of {n} blocks (first: block {})",
+                differ.len(),
+                differ[0]
+            ),
+        )
+    });
+    Ok((n, f))
+}
 
+/// The map as set `set` has it.
+fn read_map(dev: &dyn ZonedDevice, layout: &Layout, set: usize) -> Result<Vec<MapEntry>> {
     let mut map_bytes = vec![0u8; layout.nr_map_blocks as usize * BLOCK];
-    read_meta_blocks(dev, &layout, primary, 1, &mut map_bytes)?;
-    let map: Vec<MapEntry> = (0..layout.nr_chunks as usize)
+    read_meta_blocks(dev, layout, set, 1, &mut map_bytes)?;
+    Ok((0..layout.nr_chunks as usize)
         .map(|c| {
             let blk = c / MAP_ENTRIES_PER_BLOCK;
             MapEntry::read(&map_bytes[blk * BLOCK..], c % MAP_ENTRIES_PER_BLOCK)
         })
-        .collect();
+        .collect())
+}
+
+/// A volume that lost zones since its format says so.
+fn degraded_warning(layout: &Layout) -> Option<String> {
+    if layout.nr_lost_zones == 0 {
+        return None;
+    }
+    let w = format!(
+        "degraded: {} zone(s) went offline or read-only after the format; {} reserved \
+         zone(s) left for reclaim",
+        layout.nr_lost_zones,
+        layout.nr_reserved_seq.saturating_sub(layout.nr_lost_zones)
+    );
+    warn!("{w}");
+    Some(w)
+}
+
+pub fn check(dev: &dyn ZonedDevice, repair: bool) -> Result<CheckReport> {
+    let p = probe(dev)?;
+    let (primary, sb, layout) = p.choose(&dev.describe())?;
+    let mut sb_findings = superblock_findings(&p, primary);
+    let (compared, mismatch) = compare_valid_sets(dev, &p, &layout)?;
+    sb_findings.extend(mismatch);
+    let map = read_map(dev, &layout, primary)?;
     let zones = p.zones.clone();
     let mut ctx = Ctx {
         dev,
@@ -633,17 +709,7 @@ pub fn check(dev: &dyn ZonedDevice, repair: bool) -> Result<CheckReport> {
         info!(fixed = fixed.len(), gen = sb.gen + 1, "metadata repaired");
     }
     let clean = errors.len() == fixed.len();
-    let mut warnings = Vec::new();
-    if layout.nr_lost_zones > 0 {
-        let w = format!(
-            "degraded: {} zone(s) went offline or read-only after the format; {} reserved \
-             zone(s) left for reclaim",
-            layout.nr_lost_zones,
-            layout.nr_reserved_seq.saturating_sub(layout.nr_lost_zones)
-        );
-        warn!("{w}");
-        warnings.push(w);
-    }
+    let warnings: Vec<String> = degraded_warning(&layout).into_iter().collect();
     Ok(CheckReport {
         device: dev.describe(),
         label: sb.label_str(),

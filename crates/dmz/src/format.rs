@@ -420,6 +420,14 @@ struct Sizing {
     nr_meta_zones: u32,
 }
 
+fn bad_field(field: &'static str, found: u64, expected: String) -> FormatError {
+    FormatError::BadField {
+        field,
+        found,
+        expected,
+    }
+}
+
 fn dev_err(msg: impl Into<String>) -> FormatError {
     FormatError::Device(msg.into())
 }
@@ -610,15 +618,15 @@ impl Layout {
         };
         let data_zones = (c.usable as u64).saturating_sub(2 * layout.nr_meta_zones as u64);
         if sb.nr_chunks as u64 > data_zones {
-            return Err(FormatError::BadField {
-                field: "nr_chunks",
-                found: sb.nr_chunks as u64,
-                expected: format!(
+            return Err(bad_field(
+                "nr_chunks",
+                sb.nr_chunks as u64,
+                format!(
                     "at most {data_zones} (usable zones - metadata): {} zones went offline or \
                      read-only, more than the volume's spare zones",
                     c.lost
                 ),
-            });
+            ));
         }
         Ok(Layout {
             nr_usable_zones: c.usable,
@@ -630,11 +638,6 @@ impl Layout {
 
     fn from_superblock_census(sb: &Superblock, zones: &[Zone], c: &ZoneCensus) -> Result<Layout> {
         let c = *c;
-        let bad = |field: &'static str, found: u64, expected: String| FormatError::BadField {
-            field,
-            found,
-            expected,
-        };
         if sb.set_uuid == [0; 16] {
             return Err(FormatError::Corrupt("null set UUID".into()));
         }
@@ -644,75 +647,15 @@ impl Layout {
         let first = c
             .first_rnd
             .ok_or_else(|| dev_err("no usable conventional zone"))?;
-        let zb = c.zone_blocks;
-        let meta_zones = sb.nr_meta_blocks.div_ceil(zb);
-        if meta_zones == 0 || meta_zones >= c.rnd {
-            return Err(bad(
-                "nr_meta_blocks",
-                sb.nr_meta_blocks as u64,
-                format!(
-                    "1 to {} blocks ({} conventional zones)",
-                    (c.rnd as u64 - 1) * zb as u64,
-                    c.rnd
-                ),
-            ));
-        }
-        if sb.nr_reserved_seq == 0 || sb.nr_reserved_seq >= c.usable - meta_zones {
-            return Err(bad(
-                "nr_reserved_seq",
-                sb.nr_reserved_seq as u64,
-                format!("1 to {}", c.usable - meta_zones - 1),
-            ));
-        }
-        let data_zones =
-            (c.usable as u64).saturating_sub(2 * meta_zones as u64 + sb.nr_reserved_seq as u64);
-        if sb.nr_chunks as u64 > data_zones {
-            return Err(bad(
-                "nr_chunks",
-                sb.nr_chunks as u64,
-                format!("at most {data_zones} (usable zones - metadata - reserved)"),
-            ));
-        }
-        let zbb = zone_bitmap_blocks(zb);
-        let bitmap = c.nr_zones as u64 * zbb as u64;
-        if sb.nr_bitmap_blocks as u64 != bitmap {
-            return Err(bad(
-                "nr_bitmap_blocks",
-                sb.nr_bitmap_blocks as u64,
-                format!("{bitmap} ({} zones x {zbb})", c.nr_zones),
-            ));
-        }
-        // dmzadm's exact sizing for the reserved count on disk.
-        let s = size(&c, sb.nr_bitmap_blocks, sb.nr_reserved_seq)?;
-        if sb.nr_chunks != s.nr_chunks {
-            return Err(bad(
-                "nr_chunks",
-                sb.nr_chunks as u64,
-                format!("{} for this device", s.nr_chunks),
-            ));
-        }
-        if sb.nr_map_blocks != s.nr_map_blocks {
-            return Err(bad(
-                "nr_map_blocks",
-                sb.nr_map_blocks as u64,
-                format!("{} for {} chunks", s.nr_map_blocks, sb.nr_chunks),
-            ));
-        }
-        let meta = 1u64 + sb.nr_map_blocks as u64 + sb.nr_bitmap_blocks as u64;
-        if sb.nr_meta_blocks as u64 != meta {
-            return Err(bad(
-                "nr_meta_blocks",
-                sb.nr_meta_blocks as u64,
-                format!("{meta} (1 + map + bitmap)"),
-            ));
-        }
+        let meta_zones = Self::check_sb_bounds(sb, &c)?;
+        Self::check_sb_sizes(sb, &c)?;
         let layout = Layout {
-            zone_blocks: zb,
+            zone_blocks: c.zone_blocks,
             zone_blocks_shift: c.shift,
             nr_zones: c.nr_zones,
             nr_usable_zones: c.usable,
             nr_rnd_zones: c.rnd,
-            zone_bitmap_blocks: zbb,
+            zone_bitmap_blocks: zone_bitmap_blocks(c.zone_blocks),
             nr_map_blocks: sb.nr_map_blocks,
             nr_bitmap_blocks: sb.nr_bitmap_blocks,
             nr_meta_blocks: sb.nr_meta_blocks,
@@ -724,6 +667,78 @@ impl Layout {
         };
         layout.check_meta_zones(zones)?;
         Ok(layout)
+    }
+
+    /// The kernel's bounds (`dmz_check_sb`): metadata zones, reserved zones, chunks and
+    /// bitmap blocks within what the device can hold. Returns the metadata zones per set.
+    fn check_sb_bounds(sb: &Superblock, c: &ZoneCensus) -> Result<u32> {
+        let zb = c.zone_blocks;
+        let meta_zones = sb.nr_meta_blocks.div_ceil(zb);
+        if meta_zones == 0 || meta_zones >= c.rnd {
+            return Err(bad_field(
+                "nr_meta_blocks",
+                sb.nr_meta_blocks as u64,
+                format!(
+                    "1 to {} blocks ({} conventional zones)",
+                    (c.rnd as u64 - 1) * zb as u64,
+                    c.rnd
+                ),
+            ));
+        }
+        if sb.nr_reserved_seq == 0 || sb.nr_reserved_seq >= c.usable - meta_zones {
+            return Err(bad_field(
+                "nr_reserved_seq",
+                sb.nr_reserved_seq as u64,
+                format!("1 to {}", c.usable - meta_zones - 1),
+            ));
+        }
+        let data_zones =
+            (c.usable as u64).saturating_sub(2 * meta_zones as u64 + sb.nr_reserved_seq as u64);
+        if sb.nr_chunks as u64 > data_zones {
+            return Err(bad_field(
+                "nr_chunks",
+                sb.nr_chunks as u64,
+                format!("at most {data_zones} (usable zones - metadata - reserved)"),
+            ));
+        }
+        let zbb = zone_bitmap_blocks(zb);
+        let bitmap = c.nr_zones as u64 * zbb as u64;
+        if sb.nr_bitmap_blocks as u64 != bitmap {
+            return Err(bad_field(
+                "nr_bitmap_blocks",
+                sb.nr_bitmap_blocks as u64,
+                format!("{bitmap} ({} zones x {zbb})", c.nr_zones),
+            ));
+        }
+        Ok(meta_zones)
+    }
+
+    /// dmzadm's exact sizing for the reserved count on disk: chunks, map and metadata blocks.
+    fn check_sb_sizes(sb: &Superblock, c: &ZoneCensus) -> Result<()> {
+        let s = size(c, sb.nr_bitmap_blocks, sb.nr_reserved_seq)?;
+        if sb.nr_chunks != s.nr_chunks {
+            return Err(bad_field(
+                "nr_chunks",
+                sb.nr_chunks as u64,
+                format!("{} for this device", s.nr_chunks),
+            ));
+        }
+        if sb.nr_map_blocks != s.nr_map_blocks {
+            return Err(bad_field(
+                "nr_map_blocks",
+                sb.nr_map_blocks as u64,
+                format!("{} for {} chunks", s.nr_map_blocks, sb.nr_chunks),
+            ));
+        }
+        let meta = 1u64 + sb.nr_map_blocks as u64 + sb.nr_bitmap_blocks as u64;
+        if sb.nr_meta_blocks as u64 != meta {
+            return Err(bad_field(
+                "nr_meta_blocks",
+                sb.nr_meta_blocks as u64,
+                format!("{meta} (1 + map + bitmap)"),
+            ));
+        }
+        Ok(())
     }
 
     /// All `2 * nr_meta_zones` zones from the primary set's zone must be usable conventional
