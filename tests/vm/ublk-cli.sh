@@ -13,7 +13,7 @@
 # and its files 0600, `list`/`status` as another user are refused, a non-root client on the
 # socket is refused by the modes and, past them, by the daemon's SO_PEERCRED check, and a run
 # directory that is a symlink is refused.
-# vm-timeout: 240
+# vm-timeout: 420
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
 Z=$(zonedd_bin)

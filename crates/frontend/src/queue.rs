@@ -148,7 +148,12 @@ pub fn run_queue(qid: u16, dev: &UblkDev, shared: Arc<QueueShared>) {
     smol::block_on(exe.run(async move {
         let run_ops = || while exe2.try_tick() {};
         let done = || tasks.iter().all(|t| t.is_finished());
-        if let Err(e) = libublk::wait_and_handle_io_events(&q, Some(20), run_ops, done).await {
+        // No idle timeout: the ring wait ends only for a completion (a request, a kick, the
+        // aborts of a stopping device). libublk's 20 s timeout would wake every idle queue
+        // thread just to madvise its tag buffers away; an idle daemon makes no wakeups
+        // instead, and keeps the buffer pages it has touched (at most depth x max I/O size
+        // per queue).
+        if let Err(e) = libublk::wait_and_handle_io_events(&q, None, run_ops, done).await {
             tracing::error!("queue {qid}: event loop: {e}");
         }
     }));
