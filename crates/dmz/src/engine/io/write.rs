@@ -235,7 +235,11 @@ fn write_step(
         }
         return Err(retired_error(st.meta.zone(dz).role, chunk, dz));
     }
-    let (target, other, cnt) = match place(inner, &mut st, chunk, b, n, dz, ticket)? {
+    let Placement {
+        target,
+        other,
+        blocks,
+    } = match place(inner, &mut st, chunk, b, n, dz, ticket)? {
         Ok(p) => p,
         Err(step) => return Ok(step),
     };
@@ -247,7 +251,7 @@ fn write_step(
     }
     st.meta.touch(target);
     drop(st);
-    let cnt = cnt.min(IO_BATCH_BLOCKS);
+    let cnt = blocks.min(IO_BATCH_BLOCKS);
     write_blocks(
         inner,
         chunk,
@@ -301,12 +305,19 @@ fn map_new_chunk(
     Ok(Ok(z))
 }
 
-/// Where blocks `[b, b + n)` of `chunk` (data zone `dz`) go: (target zone, the chunk's
-/// other zone whose copies the write invalidates, blocks this step covers). A conventional
+/// Where one write step goes.
+struct Placement {
+    target: ZoneId,
+    /// The chunk's other zone, whose copies of the blocks the write invalidates.
+    other: Option<ZoneId>,
+    /// Blocks this step covers.
+    blocks: u32,
+}
+
+/// Where blocks `[b, b + n)` of `chunk` (data zone `dz`) go. A conventional
 /// data zone is written in place; a sequential one at its write pointer; below it (an
 /// overwrite) or past it (a gap) the blocks go to the chunk's buffer zone, taken now if the
 /// chunk has none. `Err(step)`: what the write needs first.
-#[allow(clippy::type_complexity)]
 fn place(
     inner: &Inner,
     st: &mut MutexGuard<'_, State>,
@@ -315,15 +326,22 @@ fn place(
     n: u32,
     dz: ZoneId,
     ticket: Option<u64>,
-) -> Result<Result<(ZoneId, Option<ZoneId>, u32), Step>, EngineError> {
+) -> Result<Result<Placement, Step>, EngineError> {
     let zb = inner.zone_blocks;
     let dzi = st.meta.zone(dz);
     let bz = st.meta.mapping(chunk).bzone;
+    let to = |target, other, blocks| {
+        Ok(Ok(Placement {
+            target,
+            other,
+            blocks,
+        }))
+    };
     if !dzi.seq {
-        return Ok(Ok((dz, None, n)));
+        return to(dz, None, n);
     }
     if b == dzi.wp {
-        return Ok(Ok((dz, bz, n.min(zb - b))));
+        return to(dz, bz, n.min(zb - b));
     }
     let cnt = if b < dzi.wp { n.min(dzi.wp - b) } else { n };
     let bz = match bz {
@@ -337,7 +355,7 @@ fn place(
             z
         }
     };
-    Ok(Ok((bz, Some(dz), cnt)))
+    to(bz, Some(dz), cnt)
 }
 
 /// Write `data` at block `b` of `target` and log it (the blocks become valid there and
