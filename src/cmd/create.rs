@@ -20,44 +20,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::{Arc, Weak};
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// The formatted zoned backend: a host-managed block device or an emulated image.
-    #[arg(long)]
-    pub backend: String,
-    /// A name shown by `zonedd list`.
-    #[arg(long)]
-    pub label: Option<String>,
-    /// Number of ublk queues (one I/O thread each).
-    #[arg(long, default_value_t = 2)]
-    pub queues: u16,
-    /// Queue depth (requests in flight per queue).
-    #[arg(long, default_value_t = 64)]
-    pub depth: u16,
-    /// Worker pool for per-chunk works: `percpu` or `unbound`.
-    #[arg(long, default_value = "percpu")]
-    pub pool: String,
-    /// Concurrent works: per CPU for `percpu`, in all for `unbound`.
-    #[arg(long)]
-    pub max_active: Option<u32>,
-    /// Zones reclaimed at once (default: 1 on a spinning disk, where parallel copies would
-    /// seek against each other; 2 otherwise).
-    #[arg(long)]
-    pub reclaim_max_active: Option<u32>,
-    /// Format the backend first (destroys its data).
-    #[arg(long)]
-    pub format: bool,
-    /// Stay in the foreground (systemd: Type=notify, READY=1 once /dev/ublkbN exists).
-    #[arg(long)]
-    pub foreground: bool,
-    /// Ask for this ublk device id (default: the kernel picks).
-    #[arg(long)]
-    pub id: Option<u32>,
-    /// If a zonedd device for this backend already exists with its daemon dead, recover it
-    /// instead of creating a new one (what the systemd unit uses on restart).
-    #[arg(long)]
-    pub recover_if_present: bool,
-}
+pub use crate::cli::create::Args;
 
 /// Reclaim parallelism when `--reclaim-max-active` is not given. Reclaim is what sustained
 /// random writes wait for once the buffer zones run out; on flash or memory two copies at

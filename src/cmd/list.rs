@@ -9,12 +9,7 @@ use frontend::registry::{self, DeviceSpec};
 use frontend::sys;
 use serde::Serialize;
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
-}
+pub use crate::cli::list::Args;
 
 #[derive(Debug, Serialize)]
 pub struct Listed {

@@ -10,14 +10,7 @@ use frontend::{registry, sys};
 use serde_json::Value;
 use std::time::Duration;
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// The ublk device id (from `zonedd list`).
-    pub id: u32,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
-}
+pub use crate::cli::status::Args;
 
 pub fn run(args: Args) -> Result<(), CliError> {
     super::need_ublk()?;
