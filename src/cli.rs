@@ -262,7 +262,15 @@ pub mod install_unit {
 #[command(
     name = "zonedd",
     version,
-    about = "A userspace dm-zoned: a conventional /dev/ublkbN on a zoned disk"
+    about = "A userspace dm-zoned: a conventional /dev/ublkbN on a zoned disk",
+    long_about = "A userspace dm-zoned: a conventional /dev/ublkbN on a zoned disk.\n\n\
+        zonedd runs an ordinary filesystem on zoned storage (host-managed SMR drives, NVMe ZNS, \
+        null_blk, or an emulated SMR image on a file): a daemon exposes a conventional block \
+        device through ublk and maps it onto the zoned backend in dm-zoned's v2 on-disk \
+        format, so a volume moves between zonedd and the kernel's dm-zoned target.\n\n\
+        Typical use: `zonedd format --backend /dev/sdX`, then `zonedd create --backend \
+        /dev/sdX` (prints /dev/ublkbN and its id), `zonedd status ID` to watch it, \
+        `zonedd delete ID` to stop it. It needs root and the ublk_drv module."
 )]
 pub struct Cli {
     #[command(subcommand)]
