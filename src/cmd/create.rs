@@ -204,16 +204,24 @@ impl Dispatch for PoolDispatch {
 /// (weakly: the daemon must be able to take the target back to close it), and how to close.
 struct Opened {
     target: Arc<dyn BlockTarget>,
+    /// "dm-zoned v2" for the engine; the test targets say what they are.
+    layout: &'static str,
     stats: Box<dyn Fn() -> Value + Send + Sync>,
+    /// Start a reclaim pass now (`zonedd reclaim`): the request's number and the counters
+    /// before it, or why this target has none.
+    reclaim: frontend::control::ReclaimFn,
     close: Box<dyn FnOnce() -> Result<(), String>>,
 }
 
-fn simple<T: BlockTarget + 'static>(t: T) -> Opened {
+fn simple<T: BlockTarget + 'static>(t: T, layout: &'static str, backend: &str) -> Opened {
     let t: Arc<dyn BlockTarget> = Arc::new(t);
     let flush = t.clone();
+    let no_reclaim = format!("{backend} is a {layout} test target: it has no zones to reclaim");
     Opened {
         target: t,
+        layout,
         stats: Box::new(|| Value::Null),
+        reclaim: Arc::new(move || Err(no_reclaim.clone())),
         close: Box::new(move || {
             flush
                 .flush()
@@ -274,12 +282,13 @@ fn mem_backend_size(backend: &str) -> Option<Result<u64, String>> {
 
 fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
     if let Some(bytes) = mem_backend_size(&spec.backend) {
-        return Ok(simple(frontend::MemTarget::new(bytes?, TEST_CHUNK)));
+        let t = frontend::MemTarget::new(bytes?, TEST_CHUNK);
+        return Ok(simple(t, "memory", &spec.backend));
     }
     if let Some(path) = spec.backend.strip_prefix("file:") {
         let t =
             frontend::RawFileTarget::open(path, TEST_CHUNK).map_err(|e| format!("{path}: {e}"))?;
-        return Ok(simple(t));
+        return Ok(simple(t, "raw file", &spec.backend));
     }
     check_backend(&spec.backend).map_err(|e| e.to_string())?;
     let dev: Arc<dyn zbd::ZonedDevice> =
@@ -289,19 +298,33 @@ fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
         Some(n) => n.max(1) as usize,
         None => default_reclaim_parallel(Path::new(&spec.backend)),
     };
+    let geometry = geometry_json(dev.as_ref());
     let engine = dmz::engine::Engine::open(dev, opts).map_err(|e| match e {
         dmz::engine::EngineError::Format(f) => not_formatted_hint(&spec.backend, f),
         other => format!("{}: {other}", spec.backend),
     })?;
     let typed = Arc::new(EngineTarget(engine));
     let weak = Arc::downgrade(&typed);
+    let weak2 = weak.clone();
     let target: Arc<dyn BlockTarget> = typed.clone();
     Ok(Opened {
         target,
+        layout: "dm-zoned v2",
         stats: Box::new(move || {
             json!({
+                "geometry": geometry,
                 "engine": weak.upgrade().map(|t| t.0.stats()),
             })
+        }),
+        reclaim: Arc::new(move || {
+            let t = weak2
+                .upgrade()
+                .ok_or_else(|| "the engine is closing".to_string())?;
+            let before = t.0.stats();
+            t.0.trigger_reclaim();
+            let request = t.0.stats().reclaim_requests;
+            tracing::info!(request, "reclaim requested");
+            Ok(json!({ "request": request, "before": before }))
         }),
         close: Box::new(move || {
             let r = match Arc::try_unwrap(typed) {
@@ -316,6 +339,31 @@ fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
             r
         }),
     })
+}
+
+/// The backend's zones, for `status`: how many, how many conventional (the cache that
+/// reclaim drains), and their size.
+fn geometry_json(dev: &dyn zbd::ZonedDevice) -> Value {
+    let g = dev.geometry();
+    let conventional = dev.report_zones(0, g.nr_zones).ok().map(|z| {
+        z.iter()
+            .filter(|z| z.zone_type == zbd::ZoneType::Conventional)
+            .count()
+    });
+    json!({
+        "zones": g.nr_zones,
+        "conventional_zones": conventional,
+        "zone_bytes": g.zone_size,
+        "zone_capacity_bytes": g.zone_capacity,
+    })
+}
+
+/// Seconds since the Unix epoch.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// Run a daemon for `spec` (create or recover), daemonized unless `foreground`.
@@ -340,6 +388,11 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
         stats: io_stats.clone(),
     });
     let engine_stats = opened.stats;
+    let reclaim = opened.reclaim;
+    let layout = opened.layout;
+    let (capacity, chunk) = (shared.target.capacity(), shared.target.chunk_size());
+    let started = unix_now();
+    let started_at = std::time::Instant::now();
     let close = opened.close;
     let control: Arc<Mutex<Option<frontend::control::ControlServer>>> = Arc::default();
     let target_json = serde_json::to_value(&spec).map_err(|e| e.to_string())?;
@@ -373,6 +426,12 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
                 "backend": spec2.backend,
                 "label": spec2.label,
                 "pid": std::process::id(),
+                "version": env!("CARGO_PKG_VERSION"),
+                "layout": layout,
+                "capacity_bytes": capacity,
+                "chunk_bytes": chunk,
+                "started_unix": started,
+                "uptime_secs": started_at.elapsed().as_secs(),
                 "frontend": io_stats.snapshot(),
                 "pool": pool_weak.upgrade().map(|p| p.stats()),
             });
@@ -383,11 +442,12 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
             v
         });
         let sd2 = sd.clone();
-        let server = frontend::control::ControlServer::start(
-            &socket,
+        let handlers = frontend::control::Handlers {
             status,
-            Arc::new(move || sd2.request()),
-        )
+            shutdown: Arc::new(move || sd2.request()),
+            reclaim: reclaim.clone(),
+        };
+        let server = frontend::control::ControlServer::start(&socket, handlers)
         .map_err(|e| format!("control socket {}: {e}", socket.display()))?;
         *ctl.lock().unwrap_or_else(|p| p.into_inner()) = Some(server);
         ready.ready(s);
