@@ -203,9 +203,18 @@ pub mod status {
     pub struct Args {
         /// The ublk device id (from `zonedd list`).
         pub id: u32,
-        /// Print JSON.
-        #[arg(long)]
+        /// Print every counter as JSON instead of the summary (names: docs/status.md).
+        #[arg(long, conflicts_with = "watch")]
         pub json: bool,
+        /// Redraw the summary every SECS seconds (default 2), with live rates, until
+        /// interrupted (Ctrl-C). Put it after the id: `zonedd status 0 --watch`.
+        #[arg(
+            long,
+            value_name = "SECS",
+            num_args = 0..=1,
+            default_missing_value = "2"
+        )]
+        pub watch: Option<f64>,
     }
 }
 

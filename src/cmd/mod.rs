@@ -12,6 +12,7 @@ pub mod list;
 pub mod recover;
 pub mod report;
 pub mod status;
+pub mod summary;
 
 /// A failed command: what the user sees (one line), and the exit code.
 ///
