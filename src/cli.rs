@@ -218,6 +218,22 @@ pub mod status {
     }
 }
 
+pub mod reclaim {
+    #[derive(clap::Args)]
+    pub struct Args {
+        /// The ublk device id (from `zonedd list`).
+        pub id: u32,
+        /// Wait until the pass is done (reclaim drained the conventional zones it could and
+        /// went back to sleep), showing its progress on standard error, then report the zones
+        /// and bytes it reclaimed.
+        #[arg(long)]
+        pub wait: bool,
+        /// Print the result as JSON (no progress is shown).
+        #[arg(long)]
+        pub json: bool,
+    }
+}
+
 pub mod delete {
     #[derive(clap::Args)]
     pub struct Args {
@@ -308,6 +324,10 @@ pub enum Command {
     List(list::Args),
     /// Show the state and counters of a zonedd device.
     Status(status::Args),
+    /// Start a reclaim pass now, whatever the idle timer and watermarks say (like dm-zoned's
+    /// `dmsetup message DEV 0 reclaim`): data moves from the conventional zones into
+    /// sequential ones until nothing is left to reclaim, then reclaim sleeps again.
+    Reclaim(reclaim::Args),
     /// Flush, commit and remove a zonedd device.
     Delete(delete::Args),
     /// Re-attach a new daemon to a device whose daemon died.

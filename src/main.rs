@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         Command::Create(a) => cmd::create::run(a),
         Command::List(a) => cmd::list::run(a),
         Command::Status(a) => cmd::status::run(a),
+        Command::Reclaim(a) => cmd::reclaim::run(a),
         Command::Delete(a) => cmd::delete::run(a),
         Command::Recover(a) => cmd::recover::run(a),
         Command::InstallUnit(a) => cmd::install_unit::run(a),

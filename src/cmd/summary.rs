@@ -339,7 +339,7 @@ pub fn reclaimed(before: &Value, after: &Value) -> (u64, u64) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
