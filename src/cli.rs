@@ -186,6 +186,14 @@ pub mod create {
         /// instead of creating a new one (what the systemd unit uses on restart).
         #[arg(long)]
         pub recover_if_present: bool,
+        /// Serve Prometheus metrics at http://ADDR/metrics from the daemon: IP:PORT, or a port
+        /// on 127.0.0.1. Only loopback addresses unless --metrics-any-address.
+        #[arg(long, value_name = "ADDR")]
+        pub metrics: Option<String>,
+        /// Allow --metrics on an address other machines can reach (the metrics need no
+        /// credentials: firewall it).
+        #[arg(long, requires = "metrics")]
+        pub metrics_any_address: bool,
     }
 }
 
@@ -204,8 +212,12 @@ pub mod status {
         /// The ublk device id (from `zonedd list`).
         pub id: u32,
         /// Print every counter as JSON instead of the summary (names: docs/status.md).
-        #[arg(long, conflicts_with = "watch")]
+        #[arg(long, conflicts_with_all = ["watch", "prometheus"])]
         pub json: bool,
+        /// Print the counters in the Prometheus text format, e.g. for node_exporter's
+        /// textfile collector (names: docs/status.md).
+        #[arg(long, conflicts_with = "watch")]
+        pub prometheus: bool,
         /// Redraw the summary every SECS seconds (default 2), with live rates, until
         /// interrupted (Ctrl-C). Put it after the id: `zonedd status 0 --watch`.
         #[arg(

@@ -53,10 +53,18 @@ pub fn run(args: Args) -> Result<(), CliError> {
         depth: args.depth,
     };
     pool_policy(&spec)?;
+    let metrics_addr = args
+        .metrics
+        .as_deref()
+        .map(|a| super::metrics::parse_addr(a, args.metrics_any_address))
+        .transpose()?;
     super::need_ublk()?;
     super::need_root("zonedd create")?;
     // Before anything else touches it: a run directory we cannot trust is the user's to fix.
     frontend::registry::ensure_run_dir().map_err(|e| CliError::Usage(e.to_string()))?;
+    // Bound now, before daemonizing: a taken port is refused here, and the daemon (a fork)
+    // inherits the socket.
+    let metrics = metrics_addr.map(super::metrics::bind).transpose()?;
     spec.backend = canonical_backend(&args.backend)?;
     let mut mode = Mode::Add { id: args.id };
     if let Some((id, state, stored)) = existing_device_for(&spec.backend) {
@@ -92,7 +100,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         // Fail here, before daemonizing, with the clearest message we can give.
         check_backend(&spec.backend)?;
     }
-    serve_daemon(spec, mode, args.foreground)
+    serve_daemon(spec, mode, args.foreground, metrics)
 }
 
 fn failed(e: FrontendError) -> CliError {
@@ -367,12 +375,25 @@ fn unix_now() -> u64 {
 }
 
 /// Run a daemon for `spec` (create or recover), daemonized unless `foreground`.
-pub(crate) fn serve_daemon(spec: DeviceSpec, mode: Mode, foreground: bool) -> Result<(), CliError> {
-    daemon::launch(foreground, move |ready| daemon_body(spec, mode, ready))
-        .map_err(CliError::Failed)
+/// `metrics`: the bound `--metrics` socket, served once the device is up.
+pub(crate) fn serve_daemon(
+    spec: DeviceSpec,
+    mode: Mode,
+    foreground: bool,
+    metrics: Option<std::net::TcpListener>,
+) -> Result<(), CliError> {
+    daemon::launch(foreground, move |ready| {
+        daemon_body(spec, mode, ready, metrics)
+    })
+    .map_err(CliError::Failed)
 }
 
-fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<(), String> {
+fn daemon_body(
+    spec: DeviceSpec,
+    mode: Mode,
+    ready: Arc<Readiness>,
+    metrics: Option<std::net::TcpListener>,
+) -> Result<(), String> {
     if let Err(e) = sys::private_mount_namespace() {
         tracing::warn!("no private mount namespace: {e}");
     }
@@ -441,6 +462,12 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
             }
             v
         });
+        if let Some(l) = metrics {
+            let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            super::metrics::serve(l, status.clone())
+                .map_err(|e| format!("metrics endpoint {addr}: {e}"))?;
+            tracing::info!("metrics at http://{addr}/metrics");
+        }
         let sd2 = sd.clone();
         let handlers = frontend::control::Handlers {
             status,

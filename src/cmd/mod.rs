@@ -9,6 +9,7 @@ pub mod engine_io;
 pub mod format;
 pub mod install_unit;
 pub mod list;
+pub mod metrics;
 pub mod reclaim;
 pub mod recover;
 pub mod report;

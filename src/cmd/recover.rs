@@ -41,5 +41,5 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 "ublk device {id} was not created by zonedd (no zonedd target data)"
             ))
         })?;
-    super::create::serve_daemon(spec, Mode::Recover { id }, args.foreground)
+    super::create::serve_daemon(spec, Mode::Recover { id }, args.foreground, None)
 }

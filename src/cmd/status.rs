@@ -5,7 +5,8 @@
 //! reclaim, write amplification, I/O and errors, uptime: [`super::summary`]); while reclaim
 //! runs, a second look a second later gives its rate. `--watch [SECS]` redraws the summary
 //! with live rates until interrupted. `--json` prints the daemon's answer as is: every
-//! counter, with the names of docs/status.md.
+//! counter, with the names of docs/status.md; `--prometheus` the same counters in the
+//! Prometheus text format ([`super::metrics`]).
 
 use super::summary;
 use super::CliError;
@@ -23,6 +24,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
     super::need_root_for_daemons("zonedd status")?;
     let id = args.id;
     let socket = daemon_socket(id)?;
+    if args.prometheus {
+        print!("{}", super::metrics::render(&ask_status(id, &socket)?));
+        return Ok(());
+    }
     if args.json {
         let status = ask_status(id, &socket)?;
         println!(
