@@ -87,8 +87,8 @@ fn write_page(cmd: &clap::Command, path: &Path, top: bool) {
     let preamble = ".ie \\n(.g .ds Aq \\(aq\n.el .ds Aq '\n";
     let body = text.replace(preamble, "");
     let page = format!("{preamble}{body}");
-    let mut f = std::fs::File::create(path)
-        .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
+    let mut f =
+        std::fs::File::create(path).unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
     f.write_all(page.as_bytes())
         .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 }
@@ -106,8 +106,14 @@ fn extra_sections(cmd: &clap::Command, top: bool) -> Roff {
     if top {
         r.control("SH", ["FILES"]);
         for (file, what) in [
-            ("/run/zonedd/ID.sock", "the control socket of device ID's daemon (root only)"),
-            ("/run/zonedd/ID.json", "the record of device ID: backend, options, daemon pid"),
+            (
+                "/run/zonedd/ID.sock",
+                "the control socket of device ID's daemon (root only)",
+            ),
+            (
+                "/run/zonedd/ID.json",
+                "the record of device ID: backend, options, daemon pid",
+            ),
             ("/run/zonedd/ID.log", "the daemon's log"),
             (
                 "/etc/systemd/system/zonedd@.service",

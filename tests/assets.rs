@@ -39,7 +39,11 @@ fn man_pages_cover_every_subcommand_and_option() {
     let subs = visible_subcommands();
     assert!(subs.len() >= 10, "{} subcommands", subs.len());
     let top = unroff(&read(assets().join("man/zonedd.8")));
-    assert!(top.contains("\n.TH zonedd 8 "), "{}", &top[..80.min(top.len())]);
+    assert!(
+        top.contains("\n.TH zonedd 8 "),
+        "{}",
+        &top[..80.min(top.len())]
+    );
     for s in &subs {
         let name = s.get_name();
         assert!(
@@ -65,7 +69,11 @@ fn man_pages_cover_every_subcommand_and_option() {
 #[test]
 fn completions_cover_every_subcommand() {
     let subs = visible_subcommands();
-    for file in ["completions/zonedd.bash", "completions/_zonedd", "completions/zonedd.fish"] {
+    for file in [
+        "completions/zonedd.bash",
+        "completions/_zonedd",
+        "completions/zonedd.fish",
+    ] {
         let text = read(assets().join(file));
         for s in &subs {
             assert!(
@@ -78,5 +86,8 @@ fn completions_cover_every_subcommand() {
     let bash = read(assets().join("completions/zonedd.bash"));
     assert!(bash.contains("complete -F"), "not a bash completion script");
     let fish = read(assets().join("completions/zonedd.fish"));
-    assert!(fish.contains("complete -c zonedd"), "not a fish completion script");
+    assert!(
+        fish.contains("complete -c zonedd"),
+        "not a fish completion script"
+    );
 }

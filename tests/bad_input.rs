@@ -590,7 +590,13 @@ fn reclaim_needs_an_id() {
 #[test]
 fn metrics_address_checked_before_environment() {
     let _serial = serial();
-    let o = zonedd(&["create", "--backend", "/nonexistent", "--metrics", "0.0.0.0:9577"]);
+    let o = zonedd(&[
+        "create",
+        "--backend",
+        "/nonexistent",
+        "--metrics",
+        "0.0.0.0:9577",
+    ]);
     refused(
         &o,
         2,
@@ -599,10 +605,21 @@ fn metrics_address_checked_before_environment() {
             "--metrics-any-address",
         ],
     );
-    let o = zonedd(&["create", "--backend", "/nonexistent", "--metrics", "localhost"]);
+    let o = zonedd(&[
+        "create",
+        "--backend",
+        "/nonexistent",
+        "--metrics",
+        "localhost",
+    ]);
     refused(&o, 2, &["--metrics takes IP:PORT", "not localhost"]);
     // --metrics-any-address alone means nothing (clap, exit 2).
-    let o = zonedd(&["create", "--backend", "/nonexistent", "--metrics-any-address"]);
+    let o = zonedd(&[
+        "create",
+        "--backend",
+        "/nonexistent",
+        "--metrics-any-address",
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("required arguments were not provided"),

@@ -9,7 +9,6 @@
 //! (no such device, not a zoned device or image, in use, not formatted, metadata v1, both
 //! superblocks corrupt).
 
-
 use dmz::check::{check, CheckReport};
 use dmz::format::FormatError;
 

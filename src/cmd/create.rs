@@ -475,7 +475,7 @@ fn daemon_body(
             reclaim: reclaim.clone(),
         };
         let server = frontend::control::ControlServer::start(&socket, handlers)
-        .map_err(|e| format!("control socket {}: {e}", socket.display()))?;
+            .map_err(|e| format!("control socket {}: {e}", socket.display()))?;
         *ctl.lock().unwrap_or_else(|p| p.into_inner()) = Some(server);
         ready.ready(s);
         Ok(())

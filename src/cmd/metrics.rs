@@ -132,7 +132,11 @@ fn value(s: &Value, src: Src) -> Option<f64> {
         Src::At(p) => at(p)?.as_f64(),
         Src::Blocks(p) => Some((at(p)?.as_u64()? * BLOCK) as f64),
         Src::Used => summary::used_bytes(s).map(|b| b as f64),
-        Src::Running(p) => Some(if at(p)?.as_str()? == "running" { 1.0 } else { 0.0 }),
+        Src::Running(p) => Some(if at(p)?.as_str()? == "running" {
+            1.0
+        } else {
+            0.0
+        }),
         Src::Flag(p) => Some(if at(p)?.as_bool()? { 1.0 } else { 0.0 }),
     }
 }
@@ -338,7 +342,10 @@ mod tests {
             );
         }
         // Prometheus text, not OpenMetrics: no "# EOF", no "# UNIT".
-        assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
         // Every series is a counter ending in _total or a gauge not ending in it.
         let mut types = 0;
         for l in text.lines().filter(|l| l.starts_with("# TYPE ")) {
@@ -355,8 +362,14 @@ mod tests {
         let s = serde_json::json!({"id": 3, "bdev": "/dev/ublkb3", "capacity_bytes": 1024,
                                    "engine": null, "frontend": {"reads": 4}});
         let text = render(&s);
-        assert!(text.contains("zonedd_frontend_reads_total{id=\"3\"} 4"), "{text}");
-        assert!(text.contains("zonedd_capacity_bytes{id=\"3\"} 1024"), "{text}");
+        assert!(
+            text.contains("zonedd_frontend_reads_total{id=\"3\"} 4"),
+            "{text}"
+        );
+        assert!(
+            text.contains("zonedd_capacity_bytes{id=\"3\"} 1024"),
+            "{text}"
+        );
         assert!(!text.contains("zonedd_zones"), "{text}");
         assert!(!text.contains("zonedd_reclaim"), "{text}");
     }
@@ -380,7 +393,10 @@ mod tests {
             );
         }
         // ...and what the encoder wrote is one of them.
-        for l in render(&fixed_status()).lines().filter(|l| l.starts_with("# TYPE ")) {
+        for l in render(&fixed_status())
+            .lines()
+            .filter(|l| l.starts_with("# TYPE "))
+        {
             let name = l.split(' ').nth(2).unwrap();
             assert!(names.iter().any(|n| n == name), "{name}");
         }
@@ -416,7 +432,10 @@ mod tests {
         let addr = first.local_addr().unwrap();
         let e = bind(addr).unwrap_err();
         assert_eq!(e.exit_code(), 2);
-        assert_eq!(e.to_string(), format!("--metrics {addr}: address already in use"));
+        assert_eq!(
+            e.to_string(),
+            format!("--metrics {addr}: address already in use")
+        );
     }
 
     fn get(addr: SocketAddr, req: &str) -> String {
@@ -445,14 +464,20 @@ mod tests {
         )
         .unwrap();
         for n in 0..2 {
-            let r = get(addr, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAccept: */*\r\n\r\n");
+            let r = get(
+                addr,
+                "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAccept: */*\r\n\r\n",
+            );
             let (head, body) = r.split_once("\r\n\r\n").unwrap();
             assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
             assert!(
                 head.contains("Content-Type: text/plain; version=0.0.4; charset=utf-8"),
                 "{head}"
             );
-            assert!(head.contains(&format!("Content-Length: {}", body.len())), "{head}");
+            assert!(
+                head.contains(&format!("Content-Length: {}", body.len())),
+                "{head}"
+            );
             // Each scrape asks the daemon again: the figures are live.
             let want = format!("zonedd_frontend_reads_total{{id=\"0\"}} {}", 1000 + n);
             assert!(body.lines().any(|l| l == want), "{want} not in {body}");

@@ -88,10 +88,7 @@ fn watch_loop(id: u32, socket: &std::path::Path, every: Duration) -> Result<(), 
             out.push('\n');
         }
         if tty {
-            out += &format!(
-                "\nevery {} s; Ctrl-C to stop\n",
-                every.as_secs_f64()
-            );
+            out += &format!("\nevery {} s; Ctrl-C to stop\n", every.as_secs_f64());
         } else {
             out.push('\n');
         }

@@ -51,12 +51,7 @@ pub fn rate(bytes_per_sec: f64) -> String {
 
 /// A duration for a person: `42s`, `5m 07s`, `2h 03m`, `3d 04h`.
 pub fn duration(secs: u64) -> String {
-    let (d, h, m, s) = (
-        secs / 86400,
-        secs / 3600 % 24,
-        secs / 60 % 60,
-        secs % 60,
-    );
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
     if d > 0 {
         format!("{d}d {h:02}h")
     } else if secs >= 3600 {
@@ -122,7 +117,10 @@ pub fn rates(prev: &Value, now: &Value, secs: f64) -> Option<Rates> {
 /// The reclaim line's text after `reclaim   `.
 fn reclaim_text(s: &Value, r: Option<&Rates>) -> Option<String> {
     let e = s.get("engine").filter(|e| !e.is_null())?;
-    let state = e.get("reclaim_state").and_then(Value::as_str).unwrap_or("?");
+    let state = e
+        .get("reclaim_state")
+        .and_then(Value::as_str)
+        .unwrap_or("?");
     let zones = num(e, &["reclaim_zones"]).unwrap_or(0);
     let copied = num(e, &["reclaim_blocks_copied"]).unwrap_or(0) * BLOCK;
     let mut t = state.to_string();
@@ -174,7 +172,10 @@ pub fn summary(s: &Value, r: Option<&Rates>) -> Vec<String> {
     if let Some(l) = text(s, "layout") {
         be += &format!(": {l}");
     }
-    if let (Some(z), Some(zb)) = (num(s, &["geometry", "zones"]), num(s, &["geometry", "zone_bytes"])) {
+    if let (Some(z), Some(zb)) = (
+        num(s, &["geometry", "zones"]),
+        num(s, &["geometry", "zone_bytes"]),
+    ) {
         be += &format!(", {z} zones of {}", bytes(zb));
         if let Some(c) = num(s, &["geometry", "conventional_zones"]) {
             be += &format!(" ({c} conventional)");
@@ -347,20 +348,20 @@ pub(crate) mod tests {
     /// emulated disk of 256 zones of 256 MiB, 8 conventional.
     pub fn fixed_status() -> Value {
         let engine = json!({
-                "zones_total": 256, "zones_free": 190, "zones_free_conventional": 2,
-                "zones_free_sequential": 188, "zones_mapped": 48, "zones_buffer": 1,
-                "zones_reserved": 4, "zones_pending_free": 0, "zones_meta": 2,
-                "zones_offline": 1, "zones_read_only": 0, "chunks_total": 240,
-                "chunks_mapped": 48, "reclaim_state": "running", "reclaim_requests": 1,
-                "reclaim_requests_done": 0, "metadata_dirty": true,
-                "reclaim_progress_blocks": 12800, "reclaim_zones": 12,
-                "reclaim_blocks_copied": 340000, "catch_up_blocks": 0, "reads": 1000,
-                "read_bytes": 1u64 << 30, "writes": 3000, "write_bytes": 3u64 << 30,
-                "discards": 3, "flushes": 12, "fua_writes": 2, "commits": 40,
-                "log_block_writes": 900, "device_bytes_written": 3_865_470_566u64,
-                "write_amplification": 1.2, "metadata_mem_bytes": 1_048_576,
-                "cached_bitmap_blocks": 64
-            });
+            "zones_total": 256, "zones_free": 190, "zones_free_conventional": 2,
+            "zones_free_sequential": 188, "zones_mapped": 48, "zones_buffer": 1,
+            "zones_reserved": 4, "zones_pending_free": 0, "zones_meta": 2,
+            "zones_offline": 1, "zones_read_only": 0, "chunks_total": 240,
+            "chunks_mapped": 48, "reclaim_state": "running", "reclaim_requests": 1,
+            "reclaim_requests_done": 0, "metadata_dirty": true,
+            "reclaim_progress_blocks": 12800, "reclaim_zones": 12,
+            "reclaim_blocks_copied": 340000, "catch_up_blocks": 0, "reads": 1000,
+            "read_bytes": 1u64 << 30, "writes": 3000, "write_bytes": 3u64 << 30,
+            "discards": 3, "flushes": 12, "fua_writes": 2, "commits": 40,
+            "log_block_writes": 900, "device_bytes_written": 3_865_470_566u64,
+            "write_amplification": 1.2, "metadata_mem_bytes": 1_048_576,
+            "cached_bitmap_blocks": 64
+        });
         json!({
             "id": 0,
             "bdev": "/dev/ublkb0",
