@@ -107,9 +107,15 @@ pub(crate) fn daemon_socket(id: u32) -> Result<PathBuf, CliError> {
     if let Some(rec) = rec.filter(|r| sys::pid_alive(r.pid) && r.socket.exists()) {
         return Ok(rec.socket);
     }
-    let state = frontend::device::device_info(id)
-        .map(|(s, _, _)| sys::state_name(s).to_string())
-        .unwrap_or_else(|_| "absent".into());
+    // Asked of libublk only for a device the kernel has: for another id it prints its own
+    // complaint ("device reload json failed") next to our line.
+    let state = if sys::ublk_ids().contains(&id) {
+        frontend::device::device_info(id)
+            .map(|(s, _, _)| sys::state_name(s).to_string())
+            .unwrap_or_else(|_| "absent".into())
+    } else {
+        "absent".into()
+    };
     let hint = if state == "quiesced" {
         format!(": its daemon died, run `zonedd recover {id}`")
     } else {
