@@ -3,51 +3,12 @@
 //! The binary is only the command line: each subcommand lives in `cmd/` and calls into the
 //! crates (`zbd` backends, `dmz` engine, `workpool`, `frontend`).
 
+mod cli;
 mod cmd;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
+use cli::{Cli, Command};
 use std::process::ExitCode;
-
-#[derive(Parser)]
-#[command(
-    name = "zonedd",
-    version,
-    about = "A userspace dm-zoned: a conventional /dev/ublkbN on a zoned disk"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Create an emulated host-managed SMR disk image on a file or regular block device.
-    Emulate(cmd::emulate::Args),
-    /// Show the zone table of a zoned device or emulated image.
-    Report(cmd::report::Args),
-    /// Run the backend conformance suite against a device (destroys its data).
-    #[command(hide = true)]
-    Conformance(cmd::conformance::Args),
-    /// Format a zoned backend with dm-zoned v2 metadata.
-    Format(cmd::format::Args),
-    /// Check (and optionally repair) the dm-zoned metadata of a backend.
-    Check(cmd::check::Args),
-    /// Read or write through the engine without ublk (tests and interop checks).
-    #[command(hide = true)]
-    EngineIo(cmd::engine_io::Args),
-    /// Start a daemon exposing a formatted backend as /dev/ublkbN.
-    Create(cmd::create::Args),
-    /// List zonedd devices.
-    List(cmd::list::Args),
-    /// Show the state and counters of a zonedd device.
-    Status(cmd::status::Args),
-    /// Flush, commit and remove a zonedd device.
-    Delete(cmd::delete::Args),
-    /// Re-attach a new daemon to a device whose daemon died.
-    Recover(cmd::recover::Args),
-    /// Install the systemd unit zonedd@.service.
-    InstallUnit(cmd::install_unit::Args),
-}
 
 fn main() -> ExitCode {
     cmd::init_logging();
@@ -65,6 +26,7 @@ fn main() -> ExitCode {
         Command::Create(a) => cmd::create::run(a),
         Command::List(a) => cmd::list::run(a),
         Command::Status(a) => cmd::status::run(a),
+        Command::Reclaim(a) => cmd::reclaim::run(a),
         Command::Delete(a) => cmd::delete::run(a),
         Command::Recover(a) => cmd::recover::run(a),
         Command::InstallUnit(a) => cmd::install_unit::run(a),

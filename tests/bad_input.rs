@@ -401,6 +401,9 @@ fn missing_ublk_drv() {
         vec!["delete", "0"],
         vec!["recover", "0"],
         vec!["status", "0"],
+        vec!["status", "0", "--watch"],
+        vec!["reclaim", "0"],
+        vec!["reclaim", "0", "--wait", "--json"],
     ] {
         let o = zonedd(&args);
         refused(&o, 2, &["ublk_drv is not loaded", "modprobe ublk_drv"]);
@@ -443,6 +446,7 @@ fn not_root() {
     for (args, what) in [
         (&["list"][..], "zonedd list"),
         (&["status", "0"], "zonedd status"),
+        (&["reclaim", "0", "--wait"], "zonedd reclaim"),
     ] {
         let o = as_nobody(args).unwrap();
         if ublk_loaded() {
@@ -548,4 +552,83 @@ fn bad_create_options_before_environment() {
     // Argument errors are the user's to fix wherever they run: they come first.
     let o = zonedd(&["create", "--backend", "/nonexistent", "--queues", "0"]);
     refused(&o, 2, &["--queues must be >= 1"]);
+}
+
+#[test]
+fn bad_watch_interval_before_environment() {
+    let _serial = serial();
+    for secs in ["0", "0.01", "5000", "nan"] {
+        let o = zonedd(&["status", "0", "--watch", secs]);
+        refused(
+            &o,
+            2,
+            &["--watch takes an interval between 0.1 and 3600 seconds, not"],
+        );
+    }
+    // --json prints the counters once: it does not mix with --watch (clap, exit 2).
+    let o = zonedd(&["status", "0", "--json", "--watch"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("cannot be used with"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn reclaim_needs_an_id() {
+    let _serial = serial();
+    let o = zonedd(&["reclaim", "--wait"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("required arguments were not provided"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn metrics_address_checked_before_environment() {
+    let _serial = serial();
+    let o = zonedd(&[
+        "create",
+        "--backend",
+        "/nonexistent",
+        "--metrics",
+        "0.0.0.0:9577",
+    ]);
+    refused(
+        &o,
+        2,
+        &[
+            "--metrics 0.0.0.0:9577 is not a loopback address",
+            "--metrics-any-address",
+        ],
+    );
+    let o = zonedd(&[
+        "create",
+        "--backend",
+        "/nonexistent",
+        "--metrics",
+        "localhost",
+    ]);
+    refused(&o, 2, &["--metrics takes IP:PORT", "not localhost"]);
+    // --metrics-any-address alone means nothing (clap, exit 2).
+    let o = zonedd(&[
+        "create",
+        "--backend",
+        "/nonexistent",
+        "--metrics-any-address",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("required arguments were not provided"),
+        "{}",
+        text(&o)
+    );
+    // An acceptable address goes on to the environment checks (here: ublk_drv).
+    if !ublk_loaded() {
+        let o = zonedd(&["create", "--backend", "/nonexistent", "--metrics", "9577"]);
+        refused(&o, 2, &["ublk_drv is not loaded"]);
+    }
 }

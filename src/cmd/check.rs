@@ -9,24 +9,12 @@
 //! (no such device, not a zoned device or image, in use, not formatted, metadata v1, both
 //! superblocks corrupt).
 
-use std::path::PathBuf;
-
 use dmz::check::{check, CheckReport};
 use dmz::format::FormatError;
 
 use super::CliError;
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// Zoned block device or emulated image.
-    pub path: PathBuf,
-    /// Fix what can be fixed and write both metadata sets with a new generation.
-    #[arg(long)]
-    pub repair: bool,
-    /// Print the report as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
-}
+pub use crate::cli::check::Args;
 
 pub fn run(args: Args) -> Result<(), CliError> {
     let p = args.path.display();

@@ -4,14 +4,7 @@
 
 use super::CliError;
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// Zoned block device or emulated image; ALL ITS DATA IS DESTROYED.
-    pub device: std::path::PathBuf,
-    /// Confirm that the device's data may be destroyed.
-    #[arg(long)]
-    pub yes_destroy_data: bool,
-}
+pub use crate::cli::conformance::Args;
 
 pub fn run(args: Args) -> Result<(), CliError> {
     if !args.yes_destroy_data {

@@ -20,44 +20,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::{Arc, Weak};
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// The formatted zoned backend: a host-managed block device or an emulated image.
-    #[arg(long)]
-    pub backend: String,
-    /// A name shown by `zonedd list`.
-    #[arg(long)]
-    pub label: Option<String>,
-    /// Number of ublk queues (one I/O thread each).
-    #[arg(long, default_value_t = 2)]
-    pub queues: u16,
-    /// Queue depth (requests in flight per queue).
-    #[arg(long, default_value_t = 64)]
-    pub depth: u16,
-    /// Worker pool for per-chunk works: `percpu` or `unbound`.
-    #[arg(long, default_value = "percpu")]
-    pub pool: String,
-    /// Concurrent works: per CPU for `percpu`, in all for `unbound`.
-    #[arg(long)]
-    pub max_active: Option<u32>,
-    /// Zones reclaimed at once (default: 1 on a spinning disk, where parallel copies would
-    /// seek against each other; 2 otherwise).
-    #[arg(long)]
-    pub reclaim_max_active: Option<u32>,
-    /// Format the backend first (destroys its data).
-    #[arg(long)]
-    pub format: bool,
-    /// Stay in the foreground (systemd: Type=notify, READY=1 once /dev/ublkbN exists).
-    #[arg(long)]
-    pub foreground: bool,
-    /// Ask for this ublk device id (default: the kernel picks).
-    #[arg(long)]
-    pub id: Option<u32>,
-    /// If a zonedd device for this backend already exists with its daemon dead, recover it
-    /// instead of creating a new one (what the systemd unit uses on restart).
-    #[arg(long)]
-    pub recover_if_present: bool,
-}
+pub use crate::cli::create::Args;
 
 /// Reclaim parallelism when `--reclaim-max-active` is not given. Reclaim is what sustained
 /// random writes wait for once the buffer zones run out; on flash or memory two copies at
@@ -90,10 +53,18 @@ pub fn run(args: Args) -> Result<(), CliError> {
         depth: args.depth,
     };
     pool_policy(&spec)?;
+    let metrics_addr = args
+        .metrics
+        .as_deref()
+        .map(|a| super::metrics::parse_addr(a, args.metrics_any_address))
+        .transpose()?;
     super::need_ublk()?;
     super::need_root("zonedd create")?;
     // Before anything else touches it: a run directory we cannot trust is the user's to fix.
     frontend::registry::ensure_run_dir().map_err(|e| CliError::Usage(e.to_string()))?;
+    // Bound now, before daemonizing: a taken port is refused here, and the daemon (a fork)
+    // inherits the socket.
+    let metrics = metrics_addr.map(super::metrics::bind).transpose()?;
     spec.backend = canonical_backend(&args.backend)?;
     let mut mode = Mode::Add { id: args.id };
     if let Some((id, state, stored)) = existing_device_for(&spec.backend) {
@@ -129,7 +100,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         // Fail here, before daemonizing, with the clearest message we can give.
         check_backend(&spec.backend)?;
     }
-    serve_daemon(spec, mode, args.foreground)
+    serve_daemon(spec, mode, args.foreground, metrics)
 }
 
 fn failed(e: FrontendError) -> CliError {
@@ -241,16 +212,24 @@ impl Dispatch for PoolDispatch {
 /// (weakly: the daemon must be able to take the target back to close it), and how to close.
 struct Opened {
     target: Arc<dyn BlockTarget>,
+    /// "dm-zoned v2" for the engine; the test targets say what they are.
+    layout: &'static str,
     stats: Box<dyn Fn() -> Value + Send + Sync>,
+    /// Start a reclaim pass now (`zonedd reclaim`): the request's number and the counters
+    /// before it, or why this target has none.
+    reclaim: frontend::control::ReclaimFn,
     close: Box<dyn FnOnce() -> Result<(), String>>,
 }
 
-fn simple<T: BlockTarget + 'static>(t: T) -> Opened {
+fn simple<T: BlockTarget + 'static>(t: T, layout: &'static str, backend: &str) -> Opened {
     let t: Arc<dyn BlockTarget> = Arc::new(t);
     let flush = t.clone();
+    let no_reclaim = format!("{backend} is a {layout} test target: it has no zones to reclaim");
     Opened {
         target: t,
+        layout,
         stats: Box::new(|| Value::Null),
+        reclaim: Arc::new(move || Err(no_reclaim.clone())),
         close: Box::new(move || {
             flush
                 .flush()
@@ -311,12 +290,13 @@ fn mem_backend_size(backend: &str) -> Option<Result<u64, String>> {
 
 fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
     if let Some(bytes) = mem_backend_size(&spec.backend) {
-        return Ok(simple(frontend::MemTarget::new(bytes?, TEST_CHUNK)));
+        let t = frontend::MemTarget::new(bytes?, TEST_CHUNK);
+        return Ok(simple(t, "memory", &spec.backend));
     }
     if let Some(path) = spec.backend.strip_prefix("file:") {
         let t =
             frontend::RawFileTarget::open(path, TEST_CHUNK).map_err(|e| format!("{path}: {e}"))?;
-        return Ok(simple(t));
+        return Ok(simple(t, "raw file", &spec.backend));
     }
     check_backend(&spec.backend).map_err(|e| e.to_string())?;
     let dev: Arc<dyn zbd::ZonedDevice> =
@@ -326,19 +306,33 @@ fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
         Some(n) => n.max(1) as usize,
         None => default_reclaim_parallel(Path::new(&spec.backend)),
     };
+    let geometry = geometry_json(dev.as_ref());
     let engine = dmz::engine::Engine::open(dev, opts).map_err(|e| match e {
         dmz::engine::EngineError::Format(f) => not_formatted_hint(&spec.backend, f),
         other => format!("{}: {other}", spec.backend),
     })?;
     let typed = Arc::new(EngineTarget(engine));
     let weak = Arc::downgrade(&typed);
+    let weak2 = weak.clone();
     let target: Arc<dyn BlockTarget> = typed.clone();
     Ok(Opened {
         target,
+        layout: "dm-zoned v2",
         stats: Box::new(move || {
             json!({
+                "geometry": geometry,
                 "engine": weak.upgrade().map(|t| t.0.stats()),
             })
+        }),
+        reclaim: Arc::new(move || {
+            let t = weak2
+                .upgrade()
+                .ok_or_else(|| "the engine is closing".to_string())?;
+            let before = t.0.stats();
+            t.0.trigger_reclaim();
+            let request = t.0.stats().reclaim_requests;
+            tracing::info!(request, "reclaim requested");
+            Ok(json!({ "request": request, "before": before }))
         }),
         close: Box::new(move || {
             let r = match Arc::try_unwrap(typed) {
@@ -355,13 +349,51 @@ fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
     })
 }
 
-/// Run a daemon for `spec` (create or recover), daemonized unless `foreground`.
-pub(crate) fn serve_daemon(spec: DeviceSpec, mode: Mode, foreground: bool) -> Result<(), CliError> {
-    daemon::launch(foreground, move |ready| daemon_body(spec, mode, ready))
-        .map_err(CliError::Failed)
+/// The backend's zones, for `status`: how many, how many conventional (the cache that
+/// reclaim drains), and their size.
+fn geometry_json(dev: &dyn zbd::ZonedDevice) -> Value {
+    let g = dev.geometry();
+    let conventional = dev.report_zones(0, g.nr_zones).ok().map(|z| {
+        z.iter()
+            .filter(|z| z.zone_type == zbd::ZoneType::Conventional)
+            .count()
+    });
+    json!({
+        "zones": g.nr_zones,
+        "conventional_zones": conventional,
+        "zone_bytes": g.zone_size,
+        "zone_capacity_bytes": g.zone_capacity,
+    })
 }
 
-fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<(), String> {
+/// Seconds since the Unix epoch.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Run a daemon for `spec` (create or recover), daemonized unless `foreground`.
+/// `metrics`: the bound `--metrics` socket, served once the device is up.
+pub(crate) fn serve_daemon(
+    spec: DeviceSpec,
+    mode: Mode,
+    foreground: bool,
+    metrics: Option<std::net::TcpListener>,
+) -> Result<(), CliError> {
+    daemon::launch(foreground, move |ready| {
+        daemon_body(spec, mode, ready, metrics)
+    })
+    .map_err(CliError::Failed)
+}
+
+fn daemon_body(
+    spec: DeviceSpec,
+    mode: Mode,
+    ready: Arc<Readiness>,
+    metrics: Option<std::net::TcpListener>,
+) -> Result<(), String> {
     if let Err(e) = sys::private_mount_namespace() {
         tracing::warn!("no private mount namespace: {e}");
     }
@@ -377,6 +409,11 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
         stats: io_stats.clone(),
     });
     let engine_stats = opened.stats;
+    let reclaim = opened.reclaim;
+    let layout = opened.layout;
+    let (capacity, chunk) = (shared.target.capacity(), shared.target.chunk_size());
+    let started = unix_now();
+    let started_at = std::time::Instant::now();
     let close = opened.close;
     let control: Arc<Mutex<Option<frontend::control::ControlServer>>> = Arc::default();
     let target_json = serde_json::to_value(&spec).map_err(|e| e.to_string())?;
@@ -410,6 +447,12 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
                 "backend": spec2.backend,
                 "label": spec2.label,
                 "pid": std::process::id(),
+                "version": env!("CARGO_PKG_VERSION"),
+                "layout": layout,
+                "capacity_bytes": capacity,
+                "chunk_bytes": chunk,
+                "started_unix": started,
+                "uptime_secs": started_at.elapsed().as_secs(),
                 "frontend": io_stats.snapshot(),
                 "pool": pool_weak.upgrade().map(|p| p.stats()),
             });
@@ -419,13 +462,20 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
             }
             v
         });
+        if let Some(l) = metrics {
+            let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            super::metrics::serve(l, status.clone())
+                .map_err(|e| format!("metrics endpoint {addr}: {e}"))?;
+            tracing::info!("metrics at http://{addr}/metrics");
+        }
         let sd2 = sd.clone();
-        let server = frontend::control::ControlServer::start(
-            &socket,
+        let handlers = frontend::control::Handlers {
             status,
-            Arc::new(move || sd2.request()),
-        )
-        .map_err(|e| format!("control socket {}: {e}", socket.display()))?;
+            shutdown: Arc::new(move || sd2.request()),
+            reclaim: reclaim.clone(),
+        };
+        let server = frontend::control::ControlServer::start(&socket, handlers)
+            .map_err(|e| format!("control socket {}: {e}", socket.display()))?;
         *ctl.lock().unwrap_or_else(|p| p.into_inner()) = Some(server);
         ready.ready(s);
         Ok(())

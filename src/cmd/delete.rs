@@ -10,24 +10,7 @@ use frontend::registry;
 use frontend::sys;
 use std::time::Duration;
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// The ublk device id (from `zonedd list`).
-    #[arg(required_unless_present_any = ["all", "backend"], conflicts_with_all = ["all", "backend"])]
-    pub id: Option<u32>,
-    /// Delete every zonedd device.
-    #[arg(long, conflicts_with = "backend")]
-    pub all: bool,
-    /// Delete the device serving this backend (what the systemd unit uses).
-    #[arg(long)]
-    pub backend: Option<String>,
-    /// Delete even if the block device is mounted or open (its users get I/O errors).
-    #[arg(long)]
-    pub force: bool,
-    /// Seconds to wait for the daemon to flush and exit.
-    #[arg(long, default_value_t = 600)]
-    pub timeout: u64,
-}
+pub use crate::cli::delete::Args;
 
 pub fn run(args: Args) -> Result<(), CliError> {
     super::need_ublk()?;

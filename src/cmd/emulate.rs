@@ -7,33 +7,7 @@
 use super::CliError;
 use zbd::{fmt_size, parse_size, EmulateOptions, ZbdError, ZonedDevice};
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// File or regular block device to hold the image.
-    pub path: std::path::PathBuf,
-    /// Emulated capacity (K/M/G/T suffixes); required for a file, defaults to what fits on a
-    /// block device.
-    #[arg(long, value_name = "SIZE")]
-    pub size: Option<String>,
-    /// Zone size: a power of two, at least 1M.
-    #[arg(long, value_name = "SIZE", default_value = "256M")]
-    pub zone_size: String,
-    /// Number of conventional zones [default: about 1 %, at least 8].
-    #[arg(long, value_name = "N")]
-    pub conventional: Option<String>,
-    /// Writable bytes per zone [default: the zone size].
-    #[arg(long, value_name = "SIZE")]
-    pub zone_capacity: Option<String>,
-    /// Most zones open at once (0 = no limit).
-    #[arg(long, value_name = "N", default_value = "128")]
-    pub max_open: String,
-    /// Most zones open or closed at once (0 = no limit).
-    #[arg(long, value_name = "N", default_value = "0")]
-    pub max_active: String,
-    /// Overwrite an existing file or block device.
-    #[arg(long)]
-    pub force: bool,
-}
+pub use crate::cli::emulate::Args;
 
 fn count(name: &str, v: &str) -> Result<u32, CliError> {
     v.trim()

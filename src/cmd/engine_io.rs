@@ -37,57 +37,7 @@ const BLOCK: u64 = 4096;
 /// split them.
 const PIECE: usize = 1 << 20;
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// Formatted zoned block device or emulated image.
-    #[arg(long, value_name = "PATH")]
-    pub backend: Option<PathBuf>,
-    /// A plain block device or file instead of an engine (O_DIRECT reads and writes, flush =
-    /// fdatasync): the same steps on e.g. a /dev/mapper device, in one process.
-    #[arg(long, value_name = "PATH", conflicts_with = "backend")]
-    pub raw: Option<PathBuf>,
-    /// Run the steps of FILE (one a line, same arguments as a single step) in one session.
-    #[arg(long, value_name = "FILE", conflicts_with = "op")]
-    pub script: Option<PathBuf>,
-    #[command(flatten)]
-    pub step: StepArgs,
-}
-
-/// One operation: the command line's, or one line of a script.
-#[derive(clap::Args, Debug, Clone)]
-pub struct StepArgs {
-    /// read, write, flush, reclaim, or pattern (print generated data; needs no backend).
-    #[arg(value_enum)]
-    pub op: Option<Op>,
-    /// Byte offset on the exposed device (K/M/G suffixes; a multiple of 4096).
-    #[arg(long, value_name = "BYTES")]
-    pub offset: Option<String>,
-    /// Bytes to transfer (K/M/G suffixes; a multiple of 4096).
-    #[arg(long, value_name = "BYTES")]
-    pub len: Option<String>,
-    /// Data file: written from (its first LEN bytes) or read into (created or truncated).
-    #[arg(long, value_name = "FILE", conflicts_with = "pattern")]
-    pub file: Option<PathBuf>,
-    /// Generated data of this seed instead of a file (a read compares against it).
-    #[arg(long, value_name = "SEED")]
-    pub pattern: Option<u64>,
-    /// Write with FUA (durable when the call returns).
-    #[arg(long)]
-    pub fua: bool,
-    /// Flush the engine after the write.
-    #[arg(long)]
-    pub flush: bool,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
-    Read,
-    Write,
-    Flush,
-    Pattern,
-    /// Run a reclaim pass now and wait for it (engine only); prints what it moved.
-    Reclaim,
-}
+pub use crate::cli::engine_io::{Args, Op, StepArgs};
 
 /// A script line, parsed with the same definitions as the command line.
 #[derive(Parser)]

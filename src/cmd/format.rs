@@ -5,7 +5,7 @@
 //! filesystem or partition table, or is already formatted.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use dmz::format::{uuid_string, Layout, Superblock};
 use dmz::sets::{self, FormatOptions};
@@ -13,21 +13,7 @@ use zbd::ZonedDevice;
 
 use super::CliError;
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// Zoned block device or emulated image to format (its data is lost).
-    #[arg(long, value_name = "PATH")]
-    pub backend: PathBuf,
-    /// Volume label, at most 31 bytes (default: "zonedd-" and a hash of the device).
-    #[arg(long)]
-    pub label: Option<String>,
-    /// Sequential zones reserved for reclaim (clamped to the conventional zones - 1).
-    #[arg(long, value_name = "N", default_value_t = 16)]
-    pub reserved_seq: u32,
-    /// Format even if the device holds a filesystem, a partition table or dm-zoned metadata.
-    #[arg(long)]
-    pub force: bool,
-}
+pub use crate::cli::format::Args;
 
 pub fn run(args: Args) -> Result<(), CliError> {
     let path = &args.backend;

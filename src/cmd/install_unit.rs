@@ -5,24 +5,12 @@
 //! prints the commands that enable it for a backend.
 
 use super::CliError;
-use std::path::PathBuf;
 
 const UNIT: &str = include_str!("../../scripts/systemd/zonedd@.service");
 const UNIT_NAME: &str = "zonedd@.service";
 const TEMPLATE_BIN: &str = "/usr/local/bin/zonedd";
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// Where to install the unit.
-    #[arg(long, default_value = "/etc/systemd/system")]
-    pub dir: PathBuf,
-    /// Print the unit on stdout instead of installing it.
-    #[arg(long)]
-    pub print: bool,
-    /// The zonedd binary the unit runs (default: this one).
-    #[arg(long)]
-    pub bin: Option<PathBuf>,
-}
+pub use crate::cli::install_unit::Args;
 
 /// The unit text with the binary path filled in.
 pub fn unit_text(bin: &str) -> String {

@@ -1,20 +1,19 @@
 //! `zonedd list`: List zonedd devices.
 //!
 //! One line per device: id, block device, kernel state (live / quiesced / dead), daemon pid
-//! (or `-` when no daemon runs), backend and label. `--json` prints an array of objects with
-//! the same fields (`daemon` is true while the pid is alive).
+//! (or `-` when no daemon runs), then the key figures of `zonedd status` asked from the
+//! daemon (size, space used by mapped chunks, free zones, reclaim state, write amplification,
+//! I/O errors, uptime; `-` without a daemon), backend and label. `--json` prints an array of
+//! objects with the same fields (`daemon` is true while the pid is alive; the figures are
+//! null without a daemon).
 
+use super::summary::{self, ListFigures};
 use super::CliError;
 use frontend::registry::{self, DeviceSpec};
 use frontend::sys;
 use serde::Serialize;
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
-}
+pub use crate::cli::list::Args;
 
 #[derive(Debug, Serialize)]
 pub struct Listed {
@@ -25,6 +24,8 @@ pub struct Listed {
     pub daemon: bool,
     pub backend: Option<String>,
     pub label: Option<String>,
+    #[serde(flatten)]
+    pub figures: ListFigures,
 }
 
 /// Every zonedd device the kernel knows, plus stale records of ones it no longer has.
@@ -50,6 +51,7 @@ pub fn zonedd_devices() -> Vec<Listed> {
             daemon: pid.is_some_and(sys::pid_alive) && state != 2,
             backend: spec.as_ref().map(|s| s.backend.clone()),
             label: spec.and_then(|s| s.label),
+            figures: ListFigures::default(),
         });
     }
     for r in registry::all() {
@@ -62,6 +64,7 @@ pub fn zonedd_devices() -> Vec<Listed> {
                 daemon: sys::pid_alive(r.pid),
                 backend: Some(r.spec.backend.clone()),
                 label: r.spec.label.clone(),
+                figures: ListFigures::default(),
             });
         }
     }
@@ -72,7 +75,15 @@ pub fn zonedd_devices() -> Vec<Listed> {
 pub fn run(args: Args) -> Result<(), CliError> {
     super::need_ublk()?;
     super::need_root_for_daemons("zonedd list")?;
-    let devs = zonedd_devices();
+    let mut devs = zonedd_devices();
+    for d in devs.iter_mut().filter(|d| d.daemon) {
+        // A daemon that does not answer leaves its figures unknown; list still lists it.
+        if let Ok(s) = super::status::daemon_socket(d.id)
+            .and_then(|sock| super::status::ask_status(d.id, &sock))
+        {
+            d.figures = summary::list_figures(&s);
+        }
+    }
     if args.json {
         println!(
             "{}",
@@ -81,8 +92,13 @@ pub fn run(args: Args) -> Result<(), CliError> {
         return Ok(());
     }
     println!(
-        "{:<4} {:<14} {:<9} {:<8} {:<30} LABEL",
-        "ID", "DEVICE", "STATE", "PID", "BACKEND"
+        "{:<4} {:<14} {:<9} {:<8} {} {:<30} LABEL",
+        "ID",
+        "DEVICE",
+        "STATE",
+        "PID",
+        summary::LIST_HEADER,
+        "BACKEND"
     );
     for d in devs {
         let pid = match (d.pid, d.daemon) {
@@ -90,11 +106,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
             _ => "-".into(),
         };
         println!(
-            "{:<4} {:<14} {:<9} {:<8} {:<30} {}",
+            "{:<4} {:<14} {:<9} {:<8} {} {:<30} {}",
             d.id,
             d.bdev,
             d.state,
             pid,
+            summary::list_columns(&d.figures),
             d.backend.unwrap_or_else(|| "?".into()),
             d.label.unwrap_or_default()
         );

@@ -9,9 +9,12 @@ pub mod engine_io;
 pub mod format;
 pub mod install_unit;
 pub mod list;
+pub mod metrics;
+pub mod reclaim;
 pub mod recover;
 pub mod report;
 pub mod status;
+pub mod summary;
 
 /// A failed command: what the user sees (one line), and the exit code.
 ///

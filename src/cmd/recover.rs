@@ -9,14 +9,7 @@ use super::CliError;
 use frontend::registry::{self, DeviceSpec};
 use frontend::{sys, Mode};
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// The ublk device id (from `zonedd list`).
-    pub id: u32,
-    /// Stay in the foreground instead of daemonizing.
-    #[arg(long)]
-    pub foreground: bool,
-}
+pub use crate::cli::recover::Args;
 
 pub fn run(args: Args) -> Result<(), CliError> {
     super::need_ublk()?;
@@ -48,5 +41,5 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 "ublk device {id} was not created by zonedd (no zonedd target data)"
             ))
         })?;
-    super::create::serve_daemon(spec, Mode::Recover { id }, args.foreground)
+    super::create::serve_daemon(spec, Mode::Recover { id }, args.foreground, None)
 }

@@ -7,14 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use zbd::{fmt_size, Zone, ZoneCondition, ZoneType};
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// Zoned block device or emulated image.
-    pub path: std::path::PathBuf,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
+pub use crate::cli::report::Args;
 
 fn type_name(t: ZoneType) -> &'static str {
     match t {

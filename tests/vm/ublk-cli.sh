@@ -13,11 +13,18 @@
 # and its files 0600, `list`/`status` as another user are refused, a non-root client on the
 # socket is refused by the modes and, past them, by the daemon's SO_PEERCRED check, and a run
 # directory that is a symlink is refused.
-# vm-timeout: 420
+# The operator's view (docs/status.md): `status` prints a summary whose figures match
+# `status --json`, `status --prometheus` the same counters, `list` the key figures; on an
+# engine device (an emulated image) after writes into conventional zones, `reclaim --wait`
+# drains them and reports the zones and bytes it reclaimed, the summary and the metrics (from
+# `status --prometheus` and from the daemon's `--metrics` endpoint) show them; `reclaim` on a
+# test target or without a daemon, and `--metrics` on a taken port, are refused (exit 2).
+# vm-timeout: 900
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
 Z=$(zonedd_bin)
 modprobe ublk_drv
+ip link set lo up # for the --metrics endpoint
 
 json() { # json EXPR  (reads JSON on stdin; EXPR is Python over `d`)
     python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"
@@ -48,14 +55,19 @@ echo "ok: 8 MiB round trip, discard, write zeroes"
 vm_step "list"
 "$Z" list
 "$Z" list | grep -E "^$id +$bdev +live +[0-9]+ " >/dev/null || vm_fail "list does not show $bdev live with a pid"
+# SIZE USED FREEZ RECLAIM WA ERR UP: a test target has a size and an error count, no zones.
+"$Z" list | grep -E "^$id +$bdev +live +[0-9]+ +256 MiB +- +- +- +- +0 +[0-9][0-9dhms ]* +mem:256M +clitest" >/dev/null ||
+    vm_fail "list lacks the figures: $("$Z" list)"
+[ "$("$Z" list --json | json "[x for x in d if x['id']==$id][0]['capacity_bytes']")" = 268435456 ] ||
+    vm_fail "list --json capacity_bytes: $("$Z" list --json)"
 state=$("$Z" list --json | json "[x for x in d if x['id']==$id][0]['state']")
 [ "$state" = live ] || vm_fail "list --json state '$state'"
 label=$("$Z" list --json | json "[x for x in d if x['id']==$id][0]['label']")
 [ "$label" = clitest ] || vm_fail "list --json label '$label'"
 
 vm_step "status"
-"$Z" status "$id"
 st=$("$Z" status "$id" --json)
+"$Z" status "$id" | tee "$VM_SCRATCH/summary"
 writes=$(json "d['frontend']['writes']" <<<"$st")
 reads=$(json "d['frontend']['reads']" <<<"$st")
 discards=$(json "d['frontend']['discards']" <<<"$st")
@@ -63,12 +75,35 @@ discards=$(json "d['frontend']['discards']" <<<"$st")
     vm_fail "status counters did not move: writes=$writes reads=$reads discards=$discards"
 [ "$(json "d['pool']['jobs_run'] > 0" <<<"$st")" = True ] || vm_fail "pool ran no jobs"
 echo "ok: writes=$writes reads=$reads discards=$discards"
+# The summary's figures are the JSON's (a test target: no engine, so no zone lines).
+pid=$(json "d['pid']" <<<"$st")
+summary_has() { # summary_has REGEX: a line of the summary matches
+    grep -qE -- "$1" "$VM_SCRATCH/summary" || vm_fail "summary lacks /$1/: $(cat "$VM_SCRATCH/summary")"
+}
+summary_has "^device    /dev/ublkb$id \\(id $id, label \"clitest\"\\), daemon pid $pid, up [0-9][0-9dhms ]*, zonedd "
+summary_has "^backend   mem:256M: memory$"
+summary_has "^capacity  256 MiB$"
+summary_has "^I/O       $reads reads \\([0-9.]+ [KMG]iB\\), $writes writes \\(8 MiB\\), [0-9]+ flushes, $discards discards$"
+summary_has "^errors    I/O errors 0, rejected requests 0$"
+! grep -qE "^(zones|cache|reclaim) " "$VM_SCRATCH/summary" || vm_fail "zone lines for a test target"
+"$Z" status "$id" --prometheus >"$VM_SCRATCH/prom"
+for l in "zonedd_frontend_writes_total{id=\"$id\"} $writes" "zonedd_frontend_reads_total{id=\"$id\"} $reads" \
+    "zonedd_capacity_bytes{id=\"$id\"} 268435456" "# TYPE zonedd_frontend_discards_total counter"; do
+    grep -qxF "$l" "$VM_SCRATCH/prom" || vm_fail "status --prometheus lacks '$l': $(head -20 "$VM_SCRATCH/prom")"
+done
+echo "ok: summary and --prometheus show the counters of --json"
 
 vm_step "errors"
 if "$Z" recover "$id" 2>"$VM_SCRATCH/err"; then vm_fail "recover of a live device succeeded"; fi
 grep -q "not quiesced" "$VM_SCRATCH/err" || vm_fail "recover message: $(cat "$VM_SCRATCH/err")"
 expect_error 2 "zonedd: no ublk device 999" "$Z" delete 999
 expect_error 2 "zonedd: no ublk device 4242" "$Z" recover 4242
+expect_error 2 "zonedd: ublk device 4242 has no running zonedd daemon (device absent)" "$Z" reclaim 4242 --wait
+[ "$(wc -l <"$VM_SCRATCH/err")" = 1 ] || vm_fail "reclaim 4242 printed more than our line: $(cat "$VM_SCRATCH/err")"
+expect_error 2 "zonedd: ublk device 4242 has no running zonedd daemon (device absent)" "$Z" status 4242
+[ "$(wc -l <"$VM_SCRATCH/err")" = 1 ] || vm_fail "status 4242 printed more than our line: $(cat "$VM_SCRATCH/err")"
+expect_error 2 "zonedd: the daemon of device $id refused: mem:256M is a memory test target: it has no zones to reclaim" \
+    "$Z" reclaim "$id" --wait
 [ "$(wc -l <"$VM_SCRATCH/err")" = 1 ] || vm_fail "recover 4242 printed more than our line: $(cat "$VM_SCRATCH/err")"
 echo "ok: error messages"
 
@@ -111,13 +146,73 @@ expect_error 2 "$plain is a regular file without the zonedd image header; create
     "$Z" create --backend "$plain"
 [ "$(cat "$plain")" = hello ] || vm_fail "create changed the plain file $plain"
 "$Z" format --backend "$img" >/dev/null
-out=$("$Z" create --backend "$img")
+out=$("$Z" create --backend "$img" --metrics 127.0.0.1:9577)
 id=$(sed -n 's/^id //p' <<<"$out")
 [ -b "/dev/ublkb$id" ] || vm_fail "create on $img printed '$out'"
 expect_error 2 "$img is already used by ublk device $id (live)" "$Z" create --backend "$img"
 expect_error 2 "$img is already used by ublk device $id (live)" "$Z" create --backend "$img" --format
 "$Z" list | grep -E "^$id +/dev/ublkb$id +live " >/dev/null ||
     vm_fail "device $id not live after the refused creates: $("$Z" list)"
+expect_error 2 "zonedd: --metrics 127.0.0.1:9577: address already in use" \
+    "$Z" create --backend mem:64M --metrics 127.0.0.1:9577
+[ "$("$Z" list --json | json "len(d)")" = 1 ] || vm_fail "a refused --metrics left a device: $("$Z" list)"
+
+vm_step "reclaim --wait on an engine device"
+got=$("$Z" status "$id" --json |
+    json "d['chunk_bytes'], d['geometry']['conventional_zones'] - d['engine']['zones_meta'], d['capacity_bytes']")
+read -r cs usable cap <<<"$got"
+# Reads of the last (unwritten) chunk keep the device from looking idle, so that reclaim's
+# idle timer (10 s without I/O) cannot move the chunks before `reclaim` is asked to.
+(while :; do
+    dd if="/dev/ublkb$id" of=/dev/null bs=4096 skip=$((cap / 4096 - 1)) count=1 iflag=direct status=none 2>/dev/null || exit 0
+    sleep 1
+done) &
+reader=$!
+# Block 1 of chunks 0 and 1: not a chunk's first block, so each takes a conventional zone.
+for c in 0 1; do
+    dd if=/dev/urandom of="/dev/ublkb$id" bs=4096 seek=$((c * cs / 4096 + 1)) count=1 oflag=direct status=none
+done
+"$Z" reclaim "$id" --wait --json >"$VM_SCRATCH/reclaim.json"
+cat "$VM_SCRATCH/reclaim.json"
+# Done, 2 conventional zones in use before and none after, 2 zones reclaimed, and 16 KiB
+# copied: each chunk moved to a sequential zone, block 1 and block 0 as zeros before it.
+got=$(json "d['done'], d['conventional_in_use_before'], d['conventional_in_use_after'], d['zones_reclaimed'], d['bytes_copied']" \
+    <"$VM_SCRATCH/reclaim.json")
+[ "$got" = "True 2 0 2 16384" ] || vm_fail "reclaim --wait --json: $(cat "$VM_SCRATCH/reclaim.json")"
+# Without --json: plain progress lines on stderr (not a terminal), the result on stdout.
+dd if=/dev/urandom of="/dev/ublkb$id" bs=4096 seek=$((2 * cs / 4096 + 1)) count=1 oflag=direct status=none
+line=$("$Z" reclaim "$id" --wait 2>"$VM_SCRATCH/progress")
+echo "$line"
+grep -E "^device $id: reclaimed 1 zone, 8 KiB copied; conventional zones in use 1 -> 0 of $usable, [0-9]+ zones free$" \
+    <<<"$line" >/dev/null || vm_fail "reclaim --wait printed '$line'"
+grep -qE "^reclaim (idle|running): [0-9]+ zones?, " "$VM_SCRATCH/progress" ||
+    vm_fail "no progress lines: $(cat "$VM_SCRATCH/progress")"
+[ "$(dd if="/dev/ublkb$id" bs=4096 count=1 iflag=direct status=none | tr -d '\0' | wc -c)" = 0 ] ||
+    vm_fail "block 0 of chunk 0 is not zeros after reclaim"
+kill "$reader" && wait "$reader" 2>/dev/null || true
+echo "ok: reclaim --wait drained the conventional zones and said what it moved"
+
+vm_step "status and metrics of an engine device"
+st=$("$Z" status "$id" --json)
+"$Z" status "$id" | tee "$VM_SCRATCH/summary"
+rz=$(json "d['engine']['reclaim_zones']" <<<"$st")
+[ "$rz" -ge 3 ] || vm_fail "reclaim_zones $rz after three moves"
+summary_has "^backend   $img: dm-zoned v2, 64 zones of 1 MiB \\(8 conventional\\)$"
+summary_has "^capacity  [0-9.]+ MiB: 3 MiB used \\([0-9]+ %, 3 of [0-9]+ chunks mapped\\), [0-9.]+ MiB free$"
+summary_has "^cache     0 of $usable conventional zones in use \\(0 %\\): 0 data, 0 buffer$"
+summary_has "^reclaim   idle; $rz zones reclaimed since start, [0-9.]+ KiB copied$"
+summary_has "^write amp [0-9]+\\.[0-9]{2} \\("
+summary_has "^zones     64 total: free [0-9]+ \\(conventional $usable, sequential [0-9]+\\), data 3, buffer 0, "
+"$Z" status "$id" --prometheus >"$VM_SCRATCH/prom"
+curl -sf http://127.0.0.1:9577/metrics >"$VM_SCRATCH/scrape" || vm_fail "GET /metrics failed"
+for f in prom scrape; do
+    for l in "zonedd_reclaim_zones_total{id=\"$id\"} $rz" "zonedd_zones{id=\"$id\",role=\"data\"} 3" \
+        "zonedd_zones{id=\"$id\",role=\"free_conventional\"} $usable" "zonedd_reclaim_running{id=\"$id\"} 0"; do
+        grep -qxF "$l" "$VM_SCRATCH/$f" || vm_fail "$f lacks '$l': $(grep -E 'reclaim|zones' "$VM_SCRATCH/$f")"
+    done
+done
+echo "ok: summary, status --prometheus and GET /metrics agree"
+"$Z" reclaim "$id" | grep -qE "^device $id: reclaim pass [0-9]+ started$" || vm_fail "reclaim without --wait"
 # Only root talks to the daemon: a private run directory, private files, and a daemon that
 # checks its peer's credentials (SO_PEERCRED) even when the file modes would let a user in.
 for f in /run/zonedd:700 "/run/zonedd/$id.sock:600" "/run/zonedd/$id.json:600" "/run/zonedd/$id.log:600"; do
@@ -128,6 +223,7 @@ nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 expect_error 2 "zonedd list needs root: zonedd's run directory (/run/zonedd) and control sockets are root's only" \
     "${nobody[@]}" "$Z" list
 expect_error 2 "zonedd status needs root" "${nobody[@]}" "$Z" status "$id"
+expect_error 2 "zonedd reclaim needs root" "${nobody[@]}" "$Z" reclaim "$id" --wait
 client='import socket, sys
 s = socket.socket(socket.AF_UNIX)
 try:

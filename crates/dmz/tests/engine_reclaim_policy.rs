@@ -77,3 +77,27 @@ fn busy_reclaim_moves_chunks_once_they_cool_down() {
     written.verify(&e);
     close(e);
 }
+
+/// `trigger_reclaim` is counted in `reclaim_requests`, and `reclaim_requests_done` reaches it
+/// only once reclaim handled it and went back to sleep (what `zonedd reclaim --wait` polls
+/// for): here a forced pass moves all four conventional chunks, which busy reclaim had left.
+#[test]
+fn forced_reclaim_requests_are_done_once_reclaim_sleeps() {
+    let (e, cs, _written) = fill_conventional(Duration::from_secs(3600));
+    e.wait_reclaim_idle();
+    let s = e.stats();
+    assert_eq!((s.reclaim_requests, s.reclaim_requests_done), (0, 0));
+    assert_eq!(s.reclaim_zones, 0, "busy reclaim moved a hot chunk");
+    e.trigger_reclaim();
+    assert_eq!(e.stats().reclaim_requests, 1);
+    e.wait_reclaim_idle();
+    let s = e.stats();
+    assert_eq!((s.reclaim_requests, s.reclaim_requests_done), (1, 1));
+    assert_eq!(s.reclaim_state, "idle");
+    assert_eq!(s.reclaim_zones, 4, "{s:?}");
+    // Block 1 of each chunk, and block 0 as zeros before it (a sequential destination).
+    assert_eq!(s.reclaim_blocks_copied, 8, "{s:?}");
+    assert_eq!(s.zones_free_conventional, 4, "{s:?}");
+    check_written_blocks(&e, cs, 4);
+    close(e);
+}

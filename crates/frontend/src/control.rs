@@ -2,6 +2,11 @@
 //! object per line.
 //!
 //! - `{"cmd":"status"}` -> `{"ok":true,"status":{...}}` (frontend, engine and pool counters);
+//! - `{"cmd":"reclaim"}` -> `{"ok":true,"reclaim":{...}}`: a reclaim pass is asked for now
+//!   (what the target's handler answers: for the engine, the request's number and the
+//!   counters before it; `zonedd reclaim --wait` then polls the status until the engine's
+//!   `reclaim_requests_done` reaches that number), or `{"ok":false,"error":"..."}` from a
+//!   target without reclaim;
 //! - `{"cmd":"shutdown"}` -> `{"ok":true,"stopping":true}` at once, then, when the daemon
 //!   has flushed, committed and removed the device, `{"ok":true,"done":true}` (or
 //!   `{"ok":false,"error":"..."}`) just before it exits. `zonedd delete` waits for that
@@ -22,6 +27,15 @@ use std::time::Duration;
 
 pub type StatusFn = Arc<dyn Fn() -> Value + Send + Sync>;
 pub type ShutdownFn = Arc<dyn Fn() + Send + Sync>;
+pub type ReclaimFn = Arc<dyn Fn() -> Result<Value, String> + Send + Sync>;
+
+/// What the daemon does for each request.
+#[derive(Clone)]
+pub struct Handlers {
+    pub status: StatusFn,
+    pub shutdown: ShutdownFn,
+    pub reclaim: ReclaimFn,
+}
 
 pub struct ControlServer {
     path: PathBuf,
@@ -30,7 +44,7 @@ pub struct ControlServer {
 
 impl ControlServer {
     /// Bind `path` (replacing a stale socket) and serve it on a background thread.
-    pub fn start(path: &Path, status: StatusFn, shutdown: ShutdownFn) -> std::io::Result<Self> {
+    pub fn start(path: &Path, handlers: Handlers) -> std::io::Result<Self> {
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
@@ -40,7 +54,7 @@ impl ControlServer {
             .name("zonedd-control".into())
             .spawn(move || {
                 for conn in listener.incoming().flatten() {
-                    if let Err(e) = serve_one(conn, &status, &shutdown, &w) {
+                    if let Err(e) = serve_one(conn, &handlers, &w) {
                         tracing::debug!("control connection: {e}");
                     }
                 }
@@ -66,8 +80,7 @@ impl ControlServer {
 
 fn serve_one(
     conn: UnixStream,
-    status: &StatusFn,
-    shutdown: &ShutdownFn,
+    h: &Handlers,
     waiters: &Mutex<Vec<UnixStream>>,
 ) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
@@ -91,11 +104,15 @@ fn serve_one(
     BufReader::new(&conn).read_line(&mut line)?;
     let req: Value = serde_json::from_str(line.trim()).unwrap_or(Value::Null);
     match req.get("cmd").and_then(Value::as_str) {
-        Some("status") => writeln!(out, "{}", json!({"ok": true, "status": status()})),
+        Some("status") => writeln!(out, "{}", json!({"ok": true, "status": (h.status)()})),
+        Some("reclaim") => match (h.reclaim)() {
+            Ok(v) => writeln!(out, "{}", json!({"ok": true, "reclaim": v})),
+            Err(e) => writeln!(out, "{}", json!({"ok": false, "error": e})),
+        },
         Some("shutdown") => {
             writeln!(out, "{}", json!({"ok": true, "stopping": true}))?;
             waiters.lock().push(conn.try_clone()?);
-            shutdown();
+            (h.shutdown)();
             Ok(())
         }
         _ => writeln!(out, "{}", json!({"ok": false, "error": "unknown request"})),
@@ -138,17 +155,32 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let tx = Mutex::new(tx);
         let s2 = stopped.clone();
+        let asked = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let a2 = asked.clone();
         let server = ControlServer::start(
             &path,
-            Arc::new(|| json!({"engine": {"free_zones": 5}})),
-            Arc::new(move || {
-                s2.store(true, Ordering::SeqCst);
-                let _ = tx.lock().send(());
-            }),
+            Handlers {
+                status: Arc::new(|| json!({"engine": {"free_zones": 5}})),
+                shutdown: Arc::new(move || {
+                    s2.store(true, Ordering::SeqCst);
+                    let _ = tx.lock().send(());
+                }),
+                reclaim: Arc::new(move || {
+                    let n = a2.fetch_add(1, Ordering::SeqCst) + 1;
+                    Ok(json!({ "request": n }))
+                }),
+            },
         )
         .unwrap();
         let r = request(&path, "status", Duration::from_secs(5), |_| true).unwrap();
         assert_eq!(r[0]["status"]["engine"]["free_zones"], 5);
+        for n in 1..=2 {
+            let r = request(&path, "reclaim", Duration::from_secs(5), |_| true).unwrap();
+            assert_eq!(r.len(), 1);
+            assert_eq!(r[0]["ok"], true, "{}", r[0]);
+            assert_eq!(r[0]["reclaim"]["request"], n);
+        }
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
 
         let p2 = path.clone();
         let client = std::thread::spawn(move || {
@@ -173,6 +205,24 @@ mod tests {
         assert!(r.is_err());
     }
 
+    /// A target without reclaim says why, and the client gets it as the error.
+    #[test]
+    fn reclaim_refusal_is_passed_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("3.sock");
+        let _server = ControlServer::start(
+            &path,
+            Handlers {
+                status: Arc::new(|| Value::Null),
+                shutdown: Arc::new(|| {}),
+                reclaim: Arc::new(|| Err("no reclaim on mem:64M".into())),
+            },
+        )
+        .unwrap();
+        let r = request(&path, "reclaim", Duration::from_secs(5), |_| true).unwrap();
+        assert_eq!(r[0], json!({"ok": false, "error": "no reclaim on mem:64M"}));
+    }
+
     /// A client of another uid gets a refusal, not the status, and cannot stop the daemon.
     /// Needs root (to run the client as nobody) and python3 (the client).
     #[test]
@@ -186,10 +236,18 @@ mod tests {
         let path = dir.path().join("9.sock");
         let stopped = Arc::new(AtomicBool::new(false));
         let s2 = stopped.clone();
+        let reclaimed = Arc::new(AtomicBool::new(false));
+        let r2 = reclaimed.clone();
         let _server = ControlServer::start(
             &path,
-            Arc::new(|| json!({"secret": 1})),
-            Arc::new(move || s2.store(true, Ordering::SeqCst)),
+            Handlers {
+                status: Arc::new(|| json!({"secret": 1})),
+                shutdown: Arc::new(move || s2.store(true, Ordering::SeqCst)),
+                reclaim: Arc::new(move || {
+                    r2.store(true, Ordering::SeqCst);
+                    Ok(Value::Null)
+                }),
+            },
         )
         .unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
@@ -208,7 +266,7 @@ except BrokenPipeError:
     pass  # a refused client is answered without its request being read
 print(s.makefile().readline().strip())
 "#;
-        for cmd in ["status", "shutdown"] {
+        for cmd in ["status", "shutdown", "reclaim"] {
             let out = std::process::Command::new("python3")
                 .arg("-c")
                 .arg(client)
@@ -230,6 +288,10 @@ print(s.makefile().readline().strip())
         assert!(
             !stopped.load(Ordering::SeqCst),
             "a refused shutdown stopped the daemon"
+        );
+        assert!(
+            !reclaimed.load(Ordering::SeqCst),
+            "a refused client started reclaim"
         );
         // Root still gets the status.
         let r = request(&path, "status", Duration::from_secs(5), |_| true).unwrap();

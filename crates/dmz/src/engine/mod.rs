@@ -118,6 +118,12 @@ pub struct EngineStats {
     pub chunks_total: u64,
     pub chunks_mapped: u64,
     pub reclaim_state: String,
+    /// [`Engine::trigger_reclaim`] calls so far, and how many of them reclaim is done with
+    /// (it handled them and is asleep again, as [`Engine::wait_reclaim_idle`] waits for):
+    /// a client that asked for reclaim polls until `reclaim_requests_done` reaches its
+    /// request.
+    pub reclaim_requests: u64,
+    pub reclaim_requests_done: u64,
     /// Metadata changed since the last commit (the commit thread has a timer armed).
     pub metadata_dirty: bool,
     pub reclaim_progress_blocks: u64,
@@ -202,6 +208,9 @@ struct Bg {
     /// Something reclaimable appeared: re-evaluate.
     reclaim_hint: bool,
     reclaim_running: bool,
+    /// `reclaim_seen` when the reclaim thread last went to sleep: every kick up to it has
+    /// been handled (what `EngineStats::reclaim_requests_done` shows).
+    reclaim_done: u64,
     /// When metadata first changed since the last commit (None: clean).
     dirty_since: Option<Instant>,
 }
@@ -446,6 +455,12 @@ impl Engine {
             "idle"
         }
         .into();
+        s.reclaim_requests = bg.reclaim_kick;
+        s.reclaim_requests_done = if i.opts.reclaim.enabled {
+            bg.reclaim_done
+        } else {
+            bg.reclaim_kick
+        };
         s.metadata_dirty = bg.dirty_since.is_some();
         s
     }

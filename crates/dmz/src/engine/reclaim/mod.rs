@@ -98,6 +98,7 @@ pub(in crate::engine) fn reclaim_thread(inner: &Arc<Inner>) {
             let mut bg = inner.bg.lock();
             if bg.stop {
                 bg.reclaim_running = false;
+                bg.reclaim_done = bg.reclaim_seen;
                 inner.idle_cv.notify_all();
                 return;
             }
@@ -118,6 +119,7 @@ pub(in crate::engine) fn reclaim_thread(inner: &Arc<Inner>) {
                 mode = m;
             } else {
                 bg.reclaim_running = false;
+                bg.reclaim_done = bg.reclaim_seen;
                 inner.idle_cv.notify_all();
                 match due.filter(|_| !stuck) {
                     Some(t) => {
