@@ -4,6 +4,7 @@
 //! crates (`zbd` backends, `dmz` engine, `workpool`, `frontend`).
 
 mod cmd;
+mod logging;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -50,8 +51,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    cmd::init_logging();
     let cli = Cli::parse();
+    logging::init(match &cli.command {
+        Command::Create(a) => logging::Role::Daemon {
+            foreground: a.foreground,
+        },
+        Command::Recover(a) => logging::Role::Daemon {
+            foreground: a.foreground,
+        },
+        _ => logging::Role::Command,
+    });
     if !matches!(cli.command, Command::Create(_) | Command::Recover(_)) {
         restore_default_sigpipe();
     }
