@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The full test suite: formatting and lints, the host tests, then every VM scenario.
+# Does its own set-up: the Debian packages it needs (scripts/install-deps.sh, quick when
+# none is missing), cargo-fuzz (cargo install, once), the VM kernel (downloaded once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
