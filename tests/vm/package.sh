@@ -10,7 +10,7 @@
 # (not even as removed with its configuration left). The package is $ZONEDD_VM_DEB (scripts/test.sh
 # builds it) or the newest in <target>/debian/; with none it fails under CI and is skipped
 # elsewhere.
-# vm-timeout: 300
+# vm-timeout: 420
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
 Z=$(zonedd_bin)
