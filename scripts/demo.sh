@@ -24,6 +24,10 @@ for a in "$@"; do
 done
 [ -z "${ZONEDD:-}" ] || build=0
 
+# Set-up first: the Debian packages the build and the VM need (quick when none is missing; only
+# an install needs root).
+"$ROOT/scripts/install-deps.sh"
+
 if [ "$build" = 1 ]; then
     echo "demo: cargo build --release -p zonedd"
     (cd "$ROOT" && cargo build --release -p zonedd)

@@ -1,19 +1,44 @@
 #!/usr/bin/env bash
-# Installs the Debian packages zonedd's build and tests need (idempotent; root required).
+# Installs the Debian packages zonedd's build and tests need. Idempotent, and quick when nothing is
+# missing (one dpkg-query), so scripts/demo.sh and scripts/test.sh run it themselves; only an
+# install needs root: as another user it says what is missing in one line and exits 1.
+#   scripts/install-deps.sh [--check]     --check: exit 1 (and name them) if any are missing
 #   libclang-dev: libublk-sys runs bindgen
 #   qemu-system-x86, busybox-static: the VM harness (this machine's kernel has no ublk/zoned)
 #   xfsprogs, fio, dmsetup, sg3-utils: used inside the VM guest
 #   kmod: depmod for the VM kernel's modules, modprobe inside the guest
 #   python3: JSON checks in VM scenarios (with jq)
 #   dbench, jq: guest-side benchmarks (scripts/bench-vm.sh); gnuplot-nox: its plots, on the host
+#   systemd: systemd-analyze, which checks the unit (tests/cli_daemon.rs); nothing is started
+#   dpkg-dev: dpkg-shlibdeps, the package's library dependencies (scripts/package.sh)
 set -euo pipefail
-pkgs=(libclang-dev qemu-system-x86 busybox-static xfsprogs fio dmsetup sg3-utils kmod dbench jq gnuplot-nox python3)
+pkgs=(libclang-dev qemu-system-x86 busybox-static xfsprogs fio dmsetup sg3-utils kmod dbench jq
+    gnuplot-nox python3 systemd dpkg-dev)
+check=0
+case ${1:-} in
+--check) check=1 ;;
+"") ;;
+*)
+    echo "install-deps: unknown argument $1 (usage: install-deps.sh [--check])" >&2
+    exit 2
+    ;;
+esac
+
+# One query for all: installed packages print "NAME install ok installed".
+installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${pkgs[@]}" 2>/dev/null || true)
 missing=()
 for p in "${pkgs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    grep -qx "$p install ok installed" <<<"$installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "install-deps: installing ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+[ ${#missing[@]} -gt 0 ] || exit 0
+if [ "$check" = 1 ]; then
+    echo "install-deps: missing ${missing[*]}"
+    exit 1
 fi
+if [ "$(id -u)" != 0 ]; then
+    echo "install-deps: missing Debian packages ${missing[*]}: run scripts/install-deps.sh as root (sudo) once" >&2
+    exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# The full test suite: formatting and lints, the host tests, then every VM scenario.
+# The full test suite: formatting and lints, the host tests, the Debian package, then every VM
+# scenario. Does its own set-up: the Debian packages it needs (scripts/install-deps.sh, quick when
+# none is missing), cargo-fuzz and cargo-deb (cargo install, once), the VM kernel (downloaded once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -22,6 +26,10 @@ if ! cargo test --release -p dmz --test engine_model --test engine_powercut -- -
 fi
 echo "== fuzz smoke run (libFuzzer, 10 s per target; installs cargo-fuzz if missing)"
 FUZZ_SECONDS=10 scripts/fuzz.sh --install
+echo "== Debian package (scripts/package.sh; installs cargo-deb if missing)"
+# tests/vm/package.sh installs and removes it in the guest.
+ZONEDD_VM_DEB=$(scripts/package.sh)
+export ZONEDD_VM_DEB
 echo "== VM scenarios (tests/vm/*.sh, real kernel in qemu)"
 scripts/vm-test.sh
 echo "== power-cut loop (tests/vm/powercut-loop.sh driven from the host: two boots per round)"

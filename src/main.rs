@@ -5,14 +5,23 @@
 
 mod cli;
 mod cmd;
+mod logging;
 
 use clap::Parser;
 use cli::{Cli, Command};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    cmd::init_logging();
     let cli = Cli::parse();
+    logging::init(match &cli.command {
+        Command::Create(a) => logging::Role::Daemon {
+            foreground: a.foreground,
+        },
+        Command::Recover(a) => logging::Role::Daemon {
+            foreground: a.foreground,
+        },
+        _ => logging::Role::Command,
+    });
     if !matches!(cli.command, Command::Create(_) | Command::Recover(_)) {
         restore_default_sigpipe();
     }

@@ -427,6 +427,7 @@ fn daemon_body(
     let (ctl, sd, spec2) = (control.clone(), shutdown.clone(), spec.clone());
     let on_started = move |s: &frontend::Started| -> Result<(), String> {
         sd.set_device(s.id);
+        crate::logging::set_device(s.id);
         let log = daemon::adopt_log(s.id);
         let socket = registry::socket_path(s.id);
         let rec = DeviceRecord {

@@ -61,4 +61,58 @@ mod tests {
         assert!(t.contains("Type=notify"));
         assert!(t.contains("Restart=on-failure"));
     }
+
+    /// The directives of the unit (comments and blank lines left out).
+    fn directives() -> Vec<&'static str> {
+        UNIT.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('['))
+            .collect()
+    }
+
+    #[test]
+    fn the_sandbox_leaves_devices_io_uring_and_mount_namespaces_alone() {
+        let d = directives();
+        // Nothing that would shut the daemon out of /dev/ublk-control, /dev/ublkcN or the
+        // backend (ProtectClock= implies DeviceAllow=char-rtc on older systemd).
+        for bad in [
+            "PrivateDevices=",
+            "DeviceAllow=",
+            "DevicePolicy=",
+            "ProtectClock=",
+            "PrivateUsers=",
+        ] {
+            assert!(!d.iter().any(|l| l.starts_with(bad)), "{bad} in the unit");
+        }
+        // The daemon unshares its own mount namespace.
+        assert!(d.contains(&"RestrictNamespaces=mnt"));
+        // A deny list that leaves @aio (io_uring_*) and @mount allowed.
+        let filter: Vec<&str> = d
+            .iter()
+            .filter_map(|l| l.strip_prefix("SystemCallFilter="))
+            .collect();
+        assert_eq!(filter.len(), 1, "{filter:?}");
+        assert!(filter[0].starts_with('~'), "{}", filter[0]);
+        for needed in ["@aio", "@mount", "io_uring", "@privileged", "@resources"] {
+            assert!(
+                !filter[0].contains(needed),
+                "{needed} denied: {}",
+                filter[0]
+            );
+        }
+        // CAP_SYS_ADMIN (ublk) is never dropped from the bounding set.
+        for l in d.iter().filter(|l| l.starts_with("CapabilityBoundingSet=")) {
+            assert!(l.starts_with("CapabilityBoundingSet=~"), "{l}");
+            assert!(!l.contains("CAP_SYS_ADMIN"), "{l}");
+        }
+        // Where it writes under ProtectSystem=strict: its run directory, libublk's, the backend.
+        assert!(d.contains(&"ProtectSystem=strict"));
+        assert!(d.contains(&"RuntimeDirectory=zonedd ublksrvd"));
+        assert!(d.contains(&"RuntimeDirectoryMode=0700"));
+        assert!(d.contains(&"RuntimeDirectoryPreserve=yes"));
+        assert!(d.contains(&"ReadWritePaths=-%f"));
+        // sd_notify, the journal and the control socket are AF_UNIX.
+        assert!(d.contains(&"RestrictAddressFamilies=AF_UNIX"));
+        assert!(d.contains(&"UMask=0077"));
+    }
 }

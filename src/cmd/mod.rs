@@ -45,16 +45,6 @@ impl CliError {
     }
 }
 
-/// Logs go to stderr; `RUST_LOG` selects the level (default: warnings).
-pub fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 /// ublk_drv must be loaded. Checked before anything calls libublk, whose own hint ("Please
 /// run modprobe") would otherwise leak to stdout next to ours.
 pub(crate) fn need_ublk() -> Result<(), CliError> {
