@@ -18,9 +18,11 @@
 # says what it checks, then `set -euo pipefail` and
 #     source "$(dirname "$0")/lib/devices.sh"    # make_nullb, make_scsi_debug_smr, zonedd_bin, ...
 # Use $ZONEDD (the freshly built binary) and $VM_SCRATCH (guest-RAM tmpfs, also TMPDIR) for files;
-# tear down what it creates. Optional header lines: `# vm-timeout: SECONDS` (default 300) and
-# `# vm-memory: 4G` (guest RAM; memory-backed null_blk and scsi_debug live in it). Keep it well under
-# a minute of guest time: CI runs every scenario on a 2-core machine. See docs/vm-testing.md.
+# tear down what it creates. Optional header lines: `# vm-timeout: SECONDS` (default 300),
+# `# vm-memory: 4G` (guest RAM; memory-backed null_blk and scsi_debug live in it) and
+# `# vm-init: systemd` (boot systemd as PID 1 and run the scenario as a unit; default `chroot`:
+# busybox's /init runs it). Keep it well under a minute of guest time: CI runs every scenario on a
+# 2-core machine. See docs/vm-testing.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd -P)
 # shellcheck source=scripts/vm/lib.sh
@@ -93,9 +95,15 @@ for s in "${scripts[@]}"; do
     name=$(basename "$s" .sh)
     timeout=$(header "$s" timeout "${VM_TEST_TIMEOUT:-300}")
     mem=$(header "$s" memory "${VM_MEMORY:-4G}")
+    init=$(header "$s" init chroot)
     case $timeout in '' | *[!0-9]*) vm_die "$s: bad '# vm-timeout:' value '$timeout'" ;; esac
-    vm_log "== $name (timeout ${timeout} s, memory $mem)"
-    vm_run "$name" "$s" "$timeout" "$mem"
+    case $init in chroot | systemd) ;; *) vm_die "$s: bad '# vm-init:' value '$init' (chroot or systemd)" ;; esac
+    if [ "$init" = chroot ]; then
+        vm_log "== $name (timeout ${timeout} s, memory $mem)"
+    else
+        vm_log "== $name (timeout ${timeout} s, memory $mem, init $init)"
+    fi
+    vm_run "$name" "$s" "$timeout" "$mem" "$init"
     case $VM_RC in
     0) verdict=PASS ;;
     124) verdict="FAIL (timed out)" ;;

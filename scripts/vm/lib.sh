@@ -2,10 +2,12 @@
 #
 # vm_prepare: fetch (once) a Debian 6.12 kernel that has ublk, null_blk, scsi_debug and dm-zoned,
 #   unpack it under $VM_CACHE and build a busybox initramfs for it.
-# vm_run NAME SCRIPT TIMEOUT_S [MEMORY]: boot the kernel, share the host's / over 9p, chroot into
-#   it and run SCRIPT as root under scripts/vm/guest-run.sh; stream the console; set VM_RC to the
-#   script's exit status (or 124 for a timeout, 125 for a guest that never reported) and
-#   VM_BOOT_S / VM_WALL_S. A boot that never reached the script is retried once.
+# vm_run NAME SCRIPT TIMEOUT_S [MEMORY [INIT]]: boot the kernel, share the host's / over 9p, chroot
+#   into it and run SCRIPT as root under scripts/vm/guest-run.sh; stream the console; set VM_RC to
+#   the script's exit status (or 124 for a timeout, 125 for a guest that never reported) and
+#   VM_BOOT_S / VM_WALL_S. A boot that never reached the script is retried once. INIT is `chroot`
+#   (default: busybox /init runs the script) or `systemd` (systemd is PID 1 on a copy-on-write
+#   overlay of the host's / and runs the script as a unit; see scripts/vm/systemd/).
 #
 # Requires bash with `set -euo pipefail` in the caller. Tunables (environment):
 #   VM_CACHE   cache folder (default: <cargo target dir>/vm)
@@ -157,16 +159,22 @@ vm_fetch_kernel() {
 # --- initramfs ----------------------------------------------------------------------------------
 
 VM_INITRD_MODULES=(netfs 9pnet 9pnet_virtio 9p)
+# Decompressed into the initramfs but loaded only by the boots that use them (/init).
+VM_INITRD_EXTRA_MODULES=(overlay)
 
-# Builds $VM_CACHE/initramfs-<kver>.cpio.gz: static busybox, /init, and the 9p modules
-# decompressed (busybox insmod cannot read .ko.xz). Rebuilt when /init or busybox change.
+# Builds $VM_CACHE/initramfs-<kver>.cpio.gz: static busybox, /init, the 9p modules and overlay
+# decompressed (busybox insmod cannot read .ko.xz). Rebuilt when /init, busybox or the module list
+# change.
 vm_build_initramfs() {
     local busybox stamp want dir m ko
     busybox=$(command -v busybox) || vm_die "busybox not found: install busybox-static"
     file_is_static "$busybox" || vm_die "$busybox is not static: install busybox-static"
     VM_INITRD_BASE=$VM_CACHE/initramfs-$VM_KVER.cpio.gz
     stamp=$VM_INITRD_BASE.stamp
-    want=$(cat "$VM_ROOT/scripts/vm/init" "$busybox" | sha256sum | cut -d' ' -f1)
+    want=$({
+        cat "$VM_ROOT/scripts/vm/init" "$busybox"
+        echo "${VM_INITRD_MODULES[*]} / ${VM_INITRD_EXTRA_MODULES[*]}"
+    } | sha256sum | cut -d' ' -f1)
     if [ -f "$VM_INITRD_BASE" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
         return 0
     fi
@@ -177,7 +185,7 @@ vm_build_initramfs() {
     cp "$busybox" "$dir/bin/busybox"
     cp "$VM_ROOT/scripts/vm/init" "$dir/init"
     chmod 755 "$dir/init" "$dir/bin/busybox"
-    for m in "${VM_INITRD_MODULES[@]}"; do
+    for m in "${VM_INITRD_MODULES[@]}" "${VM_INITRD_EXTRA_MODULES[@]}"; do
         ko=$(modinfo -b "$VM_KDIR" -k "$VM_KVER" -n "$m" 2>/dev/null) ||
             vm_die "module $m not found in $VM_KDIR"
         case $ko in
@@ -231,7 +239,7 @@ vm_shq() {
 # Appends a tiny cpio holding /job.env (what to run) to the cached initramfs; the kernel unpacks
 # concatenated archives in order. No path goes through the kernel command line (spaces, length).
 vm_make_initrd() {
-    local rundir=$1 name=$2 script=$3 timeout=$4 j
+    local rundir=$1 name=$2 script=$3 timeout=$4 init=$5 j
     j=$rundir/job
     rm -rf "$j"
     mkdir -p "$j"
@@ -239,6 +247,7 @@ vm_make_initrd() {
         echo "VM_NAME=$(vm_shq "$name")"
         echo "VM_SCRIPT=$(vm_shq "$script")"
         echo "VM_TIMEOUT=$(vm_shq "$timeout")"
+        echo "VM_INIT=$(vm_shq "$init")"
         echo "VM_ROOT=$(vm_shq "$VM_ROOT")"
         echo "VM_MODULES=$(vm_shq "$VM_KDIR/lib/modules")"
         echo "VM_RESULT=$(vm_shq "$rundir/result")"
@@ -275,10 +284,10 @@ vm_kill_qemu() {
 
 # One boot. Sets VM_RC (script status, 124 timeout, 125 no result) and VM_STARTED (0/1).
 vm_boot_once() {
-    local rundir=$1 name=$2 script=$3 timeout=$4 mem=$5 log qrc t0 t1 line
+    local rundir=$1 name=$2 script=$3 timeout=$4 mem=$5 init=$6 log qrc t0 t1 line
     log=$rundir/console.log
     rm -f "$rundir/result" "$rundir/qemu.pid" "$log"
-    vm_make_initrd "$rundir" "$name" "$script" "$timeout"
+    vm_make_initrd "$rundir" "$name" "$script" "$timeout" "$init"
     t0=$(date +%s.%N)
     VM_CUR_RUNDIR=$rundir
     # The host-side limit covers the boot and shutdown around the guest's own limit. The pipeline
@@ -318,7 +327,8 @@ vm_boot_once() {
 }
 
 vm_run() {
-    local name=$1 script=$2 timeout=$3 mem=${4:-${VM_MEMORY:-4G}} rundir
+    local name=$1 script=$2 timeout=$3 mem=${4:-${VM_MEMORY:-4G}} init=${5:-chroot} rundir
+    case $init in chroot | systemd) ;; *) vm_die "$name: unknown guest init '$init' (chroot or systemd)" ;; esac
     rundir=$VM_CACHE/runs/$name
     mkdir -p "$rundir"
     # Two harnesses running the same scenario would share its run folder: take turns.
@@ -327,12 +337,12 @@ vm_run() {
     trap 'vm_kill_qemu' EXIT
     trap 'vm_kill_qemu; exit 130' INT
     trap 'vm_kill_qemu; exit 143' TERM
-    vm_boot_once "$rundir" "$name" "$script" "$timeout" "$mem"
+    vm_boot_once "$rundir" "$name" "$script" "$timeout" "$mem" "$init"
     if [ "$VM_STARTED" = 0 ]; then
         vm_log "$name: the guest never started the script (early crash?); retrying once"
         cp "$rundir/console.log" "$rundir/console.first-boot.log" 2>/dev/null || true
         local first_wall=$VM_WALL_S
-        vm_boot_once "$rundir" "$name" "$script" "$timeout" "$mem"
+        vm_boot_once "$rundir" "$name" "$script" "$timeout" "$mem" "$init"
         VM_WALL_S=$(awk -v a="$first_wall" -v b="$VM_WALL_S" 'BEGIN { printf "%.1f", a + b }')
     fi
     exec {VM_RUN_LOCK}>&-
