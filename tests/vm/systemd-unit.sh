@@ -37,7 +37,7 @@ Z=$(realpath "$Z")
 [ -f /run/zonedd-vm-init/job.env ] && [ "$(findmnt -n -o FSTYPE /)" = overlay ] ||
     vm_fail "not in a systemd guest of scripts/vm-test.sh: refusing to edit this system's /etc"
 
-dep=${ZONEDD_VM_SYSTEMD_MOUNT_DEP:-requires}
+dep=${ZONEDD_VM_SYSTEMD_MOUNT_DEP:-after}
 case $dep in requires | after) ;; *) vm_fail "ZONEDD_VM_SYSTEMD_MOUNT_DEP must be requires or after, not '$dep'" ;; esac
 mnt=/mnt/zonedd
 mnt_unit=$(systemd-escape --path --suffix=mount "$mnt")
