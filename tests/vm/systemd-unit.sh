@@ -75,6 +75,11 @@ reaches_state() { # reaches_state UNIT ACTIVE_STATE SECONDS: true once UNIT is i
     done
     return 1
 }
+stopped_cleanly() { # stopped_cleanly UNIT: inactive with result success, or a problem (and its journal)
+    [ "$(show "$1" ActiveState)" = inactive ] && [ "$(show "$1" Result)" = success ] && return 0
+    problem "$1 is $(state "$1") (result $(show "$1" Result), main process status $(show "$1" ExecMainStatus)) after stop"
+    journalctl -b --no-pager -o short-monotonic -u "$1" | tail -n 25
+}
 wait_state() { # wait_state UNIT ACTIVE_STATE SECONDS: the same, or fail
     reaches_state "$@" || fail "$1 is $(state "$1") after $3 s, not $2"
 }
@@ -233,8 +238,7 @@ vm_step "write files, systemctl stop $unit: unmounted, device removed, zonedd ch
 write_files one
 [ "$dep" = requires ] || systemctl stop "$mnt_unit"
 systemctl stop "$unit" || fail "systemctl stop $unit failed"
-[ "$(show "$unit" ActiveState)" = inactive ] && [ "$(show "$unit" Result)" = success ] ||
-    problem "$unit is $(state "$unit") (result $(show "$unit" Result)) after stop"
+stopped_cleanly "$unit"
 [ "$(show "$mnt_unit" ActiveState)" = inactive ] || fail "$mnt_unit is $(state "$mnt_unit") after stopping $unit"
 ! mountpoint -q "$mnt" || fail "$mnt still mounted"
 [ ! -e "$bdev" ] || fail "$bdev still exists after stop"
