@@ -6,8 +6,10 @@
 # a written pattern must survive kill + recover. While the device is quiesced, a plain
 # `create` on its backend (also with --format) is refused with exit 2 and the hint to run
 # `zonedd recover ID` (docs/bad-input.md), and the pattern is still intact after recovery.
+# Then two rounds of what systemd does (kill -9, `create --foreground --recover-if-present`,
+# `delete --backend`): every daemon, recovered or fresh, exits with status 0 when deleted.
 # Backend: the engine on an emulated image (or $ZONEDD_VM_RECOVER_BACKEND).
-# vm-timeout: 360
+# vm-timeout: 600
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
 Z=$(zonedd_bin)
@@ -102,7 +104,39 @@ dd if="$bdev" of="$VM_SCRATCH/back" bs=1M skip=100 count=4 iflag=direct status=n
 cmp "$VM_SCRATCH/pattern" "$VM_SCRATCH/back" || vm_fail "data differs after recovery"
 echo "ok: pattern intact"
 
+# What systemd sees of a volume's daemon (zonedd@.service: `create --foreground
+# --recover-if-present`, stopped by `zonedd delete --backend`): it must exit with status 0 when
+# deleted, a recovered daemon as well as a fresh one, or the unit ends `failed`.
+foreground_daemon() { # starts `create --foreground` ARGS in the background: sets dpid
+    "$Z" create --backend "$backend" --foreground "$@" >"$VM_SCRATCH/fg.out" 2>"$VM_SCRATCH/fg.err" &
+    dpid=$!
+    wait_state "$id" live
+}
+delete_and_reap() { # delete_and_reap WHAT: `delete --backend`, then the daemon's exit status is 0
+    local rc=0
+    "$Z" delete --backend "$backend" >/dev/null
+    wait "$dpid" || rc=$?
+    [ ! -e "$bdev" ] || vm_fail "$bdev still exists after delete"
+    if [ "$rc" != 0 ]; then
+        tail -n 20 "$VM_SCRATCH/fg.err"
+        vm_fail "$1: the daemon exited with status $rc$([ "$rc" -gt 128 ] && echo " (signal $((rc - 128)))") after delete"
+    fi
+}
+for round in 1 2; do
+    vm_step "round $round: kill -9, create --foreground --recover-if-present, delete: exit status 0"
+    kill -9 "$(field "$id" pid)"
+    wait_state "$id" quiesced
+    foreground_daemon --recover-if-present
+    dd if="$bdev" of="$VM_SCRATCH/back" bs=1M skip=100 count=4 iflag=direct status=none
+    cmp "$VM_SCRATCH/pattern" "$VM_SCRATCH/back" || vm_fail "round $round: data differs after recovery"
+    delete_and_reap "round $round, recovered daemon"
+    # a fresh daemon on the same backend (data kept), in the foreground too
+    foreground_daemon --id "$id"
+    bdev=$(sed -n 1p "$VM_SCRATCH/fg.out")
+    dd if="$bdev" of="$VM_SCRATCH/back" bs=1M skip=100 count=4 iflag=direct status=none
+    cmp "$VM_SCRATCH/pattern" "$VM_SCRATCH/back" || vm_fail "round $round: data differs after delete and create"
+    echo "ok: round $round: recovered daemon exited 0 on delete; pattern intact in a new daemon"
+done
 vm_step "delete"
-"$Z" delete "$id"
-[ ! -e "$bdev" ] || vm_fail "$bdev still exists after delete"
+delete_and_reap "a fresh daemon"
 echo "ublk-recover: all checks passed"
