@@ -11,9 +11,10 @@
 #   dbench, jq: guest-side benchmarks (scripts/bench-vm.sh); gnuplot-nox: its plots, on the host
 #   systemd: systemd-analyze, which checks the unit (tests/cli_daemon.rs); nothing is started
 #   dpkg-dev: dpkg-shlibdeps, the package's library dependencies (scripts/package.sh)
+#   btrfs-progs: btrfs zoned on an exposed image, the kernel's zone append user (tests/vm/expose.sh)
 set -euo pipefail
 pkgs=(libclang-dev qemu-system-x86 busybox-static xfsprogs fio dmsetup sg3-utils kmod dbench jq
-    gnuplot-nox python3 systemd dpkg-dev)
+    gnuplot-nox python3 systemd dpkg-dev btrfs-progs)
 check=0
 case ${1:-} in
 --check) check=1 ;;

@@ -197,6 +197,29 @@ pub mod create {
     }
 }
 
+pub mod expose {
+    #[derive(clap::Args)]
+    pub struct Args {
+        /// The emulated SMR image (made by `zonedd emulate`).
+        pub image: String,
+        /// A name shown by `zonedd list`.
+        #[arg(long)]
+        pub label: Option<String>,
+        /// Number of ublk queues (one I/O thread each).
+        #[arg(long, default_value_t = 1)]
+        pub queues: u16,
+        /// Queue depth (requests in flight per queue).
+        #[arg(long, default_value_t = 64)]
+        pub depth: u16,
+        /// Stay in the foreground (systemd: Type=notify, READY=1 once /dev/ublkbN exists).
+        #[arg(long)]
+        pub foreground: bool,
+        /// Ask for this ublk device id (default: the kernel picks).
+        #[arg(long)]
+        pub id: Option<u32>,
+    }
+}
+
 pub mod list {
     #[derive(clap::Args)]
     pub struct Args {
@@ -332,6 +355,9 @@ pub enum Command {
     EngineIo(engine_io::Args),
     /// Start a daemon exposing a formatted backend as /dev/ublkbN.
     Create(create::Args),
+    /// Serve an emulated SMR image as a host-managed zoned block device /dev/ublkbN (for
+    /// zoned filesystems, the kernel's dm-zoned, fio --zonemode=zbd, ...).
+    Expose(expose::Args),
     /// List zonedd devices.
     List(list::Args),
     /// Show the state and counters of a zonedd device.

@@ -20,9 +20,15 @@ fn main() -> ExitCode {
         Command::Recover(a) => logging::Role::Daemon {
             foreground: a.foreground,
         },
+        Command::Expose(a) => logging::Role::Daemon {
+            foreground: a.foreground,
+        },
         _ => logging::Role::Command,
     });
-    if !matches!(cli.command, Command::Create(_) | Command::Recover(_)) {
+    if !matches!(
+        cli.command,
+        Command::Create(_) | Command::Recover(_) | Command::Expose(_)
+    ) {
         restore_default_sigpipe();
     }
     let result = match cli.command {
@@ -33,6 +39,7 @@ fn main() -> ExitCode {
         Command::Check(a) => cmd::check::run(a),
         Command::EngineIo(a) => cmd::engine_io::run(a),
         Command::Create(a) => cmd::create::run(a),
+        Command::Expose(a) => cmd::expose::run(a),
         Command::List(a) => cmd::list::run(a),
         Command::Status(a) => cmd::status::run(a),
         Command::Reclaim(a) => cmd::reclaim::run(a),

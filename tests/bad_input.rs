@@ -552,6 +552,8 @@ fn bad_create_options_before_environment() {
     // Argument errors are the user's to fix wherever they run: they come first.
     let o = zonedd(&["create", "--backend", "/nonexistent", "--queues", "0"]);
     refused(&o, 2, &["--queues must be >= 1"]);
+    let o = zonedd(&["expose", "/nonexistent", "--queues", "0"]);
+    refused(&o, 2, &["--queues must be >= 1"]);
 }
 
 #[test]

@@ -51,6 +51,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         reclaim_max_active: args.reclaim_max_active,
         queues: args.queues,
         depth: args.depth,
+        exposed: false,
     };
     pool_policy(&spec)?;
     let metrics_addr = args
@@ -415,7 +416,7 @@ fn daemon_body(
     let started = unix_now();
     let started_at = std::time::Instant::now();
     let close = opened.close;
-    let control: Arc<Mutex<Option<frontend::control::ControlServer>>> = Arc::default();
+    let control: ControlSlot = Arc::default();
     let target_json = serde_json::to_value(&spec).map_err(|e| e.to_string())?;
     let opts = frontend::DeviceOptions {
         mode,
@@ -426,27 +427,13 @@ fn daemon_body(
     let pool_weak: Weak<workpool::Pool> = Arc::downgrade(&pool);
     let (ctl, sd, spec2) = (control.clone(), shutdown.clone(), spec.clone());
     let on_started = move |s: &frontend::Started| -> Result<(), String> {
-        sd.set_device(s.id);
-        crate::logging::set_device(s.id);
-        let log = daemon::adopt_log(s.id);
-        let socket = registry::socket_path(s.id);
-        let rec = DeviceRecord {
-            id: s.id,
-            bdev: s.bdev.clone(),
-            spec: spec2.clone(),
-            pid: std::process::id(),
-            socket: socket.clone(),
-            log,
-        };
-        registry::write(&rec)
-            .map_err(|e| format!("writing {}: {e}", registry::record_path(s.id).display()))?;
-        let (id, bdev) = (s.id, s.bdev.clone());
+        let (id, bdev, shown) = (s.id, s.bdev.clone(), spec2.clone());
         let status = Arc::new(move || {
             let mut v = json!({
                 "id": id,
                 "bdev": bdev,
-                "backend": spec2.backend,
-                "label": spec2.label,
+                "backend": shown.backend,
+                "label": shown.label,
                 "pid": std::process::id(),
                 "version": env!("CARGO_PKG_VERSION"),
                 "layout": layout,
@@ -469,24 +456,69 @@ fn daemon_body(
                 .map_err(|e| format!("metrics endpoint {addr}: {e}"))?;
             tracing::info!("metrics at http://{addr}/metrics");
         }
-        let sd2 = sd.clone();
-        let handlers = frontend::control::Handlers {
-            status,
-            shutdown: Arc::new(move || sd2.request()),
-            reclaim: reclaim.clone(),
-        };
-        let server = frontend::control::ControlServer::start(&socket, handlers)
-            .map_err(|e| format!("control socket {}: {e}", socket.display()))?;
-        *ctl.lock().unwrap_or_else(|p| p.into_inner()) = Some(server);
-        ready.ready(s);
-        Ok(())
+        publish(s, &spec2, &sd, status, reclaim.clone(), &ctl, &ready)
     };
     let on_stopped = || -> Result<(), String> {
         let r = close();
         pool.shutdown();
         r
     };
-    let result = frontend::device::serve(shared, opts, on_started, on_stopped);
+    let result = frontend::device::serve(
+        frontend::Served::Block(shared),
+        opts,
+        on_started,
+        on_stopped,
+    );
+    unpublish(result, &control)
+}
+
+/// The slot of a daemon's control server, filled by [`publish`].
+pub(crate) type ControlSlot = Arc<Mutex<Option<frontend::control::ControlServer>>>;
+
+/// Once `/dev/ublkbN` exists (create and expose alike): the device's record, its control
+/// socket (status, shutdown, reclaim) and readiness, which the parent process (or systemd)
+/// waits for. `list`, `status` and `delete` find the daemon through these.
+pub(crate) fn publish(
+    s: &frontend::Started,
+    spec: &DeviceSpec,
+    shutdown: &Arc<Shutdown>,
+    status: frontend::control::StatusFn,
+    reclaim: frontend::control::ReclaimFn,
+    control: &ControlSlot,
+    ready: &Readiness,
+) -> Result<(), String> {
+    shutdown.set_device(s.id);
+    crate::logging::set_device(s.id);
+    let log = daemon::adopt_log(s.id);
+    let socket = registry::socket_path(s.id);
+    let rec = DeviceRecord {
+        id: s.id,
+        bdev: s.bdev.clone(),
+        spec: spec.clone(),
+        pid: std::process::id(),
+        socket: socket.clone(),
+        log,
+    };
+    registry::write(&rec)
+        .map_err(|e| format!("writing {}: {e}", registry::record_path(s.id).display()))?;
+    let sd = shutdown.clone();
+    let handlers = frontend::control::Handlers {
+        status,
+        shutdown: Arc::new(move || sd.request()),
+        reclaim,
+    };
+    let server = frontend::control::ControlServer::start(&socket, handlers)
+        .map_err(|e| format!("control socket {}: {e}", socket.display()))?;
+    *control.lock().unwrap_or_else(|p| p.into_inner()) = Some(server);
+    ready.ready(s);
+    Ok(())
+}
+
+/// After `serve` returned: the record goes, and a waiting `zonedd delete` hears the outcome.
+pub(crate) fn unpublish(
+    result: Result<frontend::Started, FrontendError>,
+    control: &ControlSlot,
+) -> Result<(), String> {
     let outcome = result.as_ref().map(|_| ()).map_err(|e| e.to_string());
     if let Ok(s) = &result {
         registry::remove(s.id);

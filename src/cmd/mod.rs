@@ -6,6 +6,7 @@ pub mod create;
 pub mod delete;
 pub mod emulate;
 pub mod engine_io;
+pub mod expose;
 pub mod format;
 pub mod install_unit;
 pub mod list;

@@ -4,6 +4,7 @@
 use crate::error::FrontendError;
 use crate::queue::{run_queue, QueueShared};
 use crate::request::BLOCK;
+use crate::zoned::{run_zoned_queue, set_zoned_params, ZonedShared, ZONED_CTRL_FLAGS};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::io::UblkDev;
 use libublk::{sys, UblkError, UblkFlags};
@@ -20,6 +21,46 @@ pub const CTRL_FLAGS: u64 = (sys::UBLK_F_USER_RECOVERY | sys::UBLK_F_USER_RECOVE
 
 /// Per-tag buffer: the largest request the kernel sends us.
 pub const IO_BUF_BYTES: u32 = 512 << 10;
+
+/// What a ublk device serves.
+#[derive(Clone)]
+pub enum Served {
+    /// A random-write block device (the engine over a zoned backend, or a test target):
+    /// requests split per chunk and run on the worker pool (`queue`).
+    Block(Arc<QueueShared>),
+    /// A zoned backend exposed as a host-managed zoned device (`zoned`).
+    Zoned(Arc<ZonedShared>),
+}
+
+impl Served {
+    fn capacity(&self) -> u64 {
+        match self {
+            Served::Block(s) => s.target.capacity() & !(BLOCK - 1),
+            Served::Zoned(z) => z.capacity(),
+        }
+    }
+
+    fn ctrl_flags(&self) -> u64 {
+        match self {
+            Served::Block(_) => CTRL_FLAGS,
+            Served::Zoned(_) => ZONED_CTRL_FLAGS,
+        }
+    }
+
+    fn set_params(&self, dev: &mut UblkDev, depth: u16) {
+        match self {
+            Served::Block(s) => set_params(dev, self.capacity(), s.target.chunk_size(), depth),
+            Served::Zoned(z) => set_zoned_params(dev, z, depth),
+        }
+    }
+
+    fn run_queue(&self, qid: u16, dev: &UblkDev) {
+        match self {
+            Served::Block(s) => run_queue(qid, dev, s.clone()),
+            Served::Zoned(z) => run_zoned_queue(qid, dev, z.clone()),
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -130,25 +171,29 @@ fn build_error(id: Option<u32>, e: UblkError) -> FrontendError {
     }
 }
 
-/// Serve `shared.target` as a ublk device until it is stopped ([`stop_device`], a signal
+/// Serve `shared` as a ublk device until it is stopped ([`stop_device`], a signal
 /// handler, or the kernel). `on_started` runs once `/dev/ublkbN` exists (an `Err` from it
 /// stops the device and becomes this call's error); `on_stopped` runs after the queues are
 /// down and before the device is deleted (flush and commit go there). `shared` is dropped
 /// before `on_stopped`, so that callback may hold the only reference to the target.
 pub fn serve(
-    shared: Arc<QueueShared>,
+    shared: Served,
     opts: DeviceOptions,
     on_started: impl FnOnce(&Started) -> Result<(), String> + Send + Sync + 'static,
     on_stopped: impl FnOnce() -> Result<(), String>,
 ) -> Result<Started, FrontendError> {
     crate::sys::check_ublk()?;
-    let capacity = shared.target.capacity() & !(BLOCK - 1);
-    let chunk = shared.target.chunk_size();
+    let capacity = shared.capacity();
     if capacity == 0 {
         return Err(FrontendError::Other("the target has no capacity".into()));
     }
     let (id, dev_flags) = match opts.mode {
         Mode::Add { id } => (id, UblkFlags::UBLK_DEV_F_ADD_DEV),
+        Mode::Recover { .. } if matches!(shared, Served::Zoned(_)) => {
+            return Err(FrontendError::Other(
+                "an exposed zoned device cannot be recovered: it went with its daemon".into(),
+            ));
+        }
         Mode::Recover { id } => {
             on_control_thread(|| prepare_recovery(id, capacity))?;
             (Some(id), UblkFlags::UBLK_DEV_F_RECOVER_DEV)
@@ -157,7 +202,7 @@ pub fn serve(
     // Control commands after the start (kill on error, stop, delete, and the drop of
     // `ctrl`) come from this thread: it needs a ring, which stays idle until then.
     init_control_ring().map_err(|e| FrontendError::ublk("setting up the control ring", e))?;
-    let (queues, depth) = (opts.queues, opts.depth);
+    let (queues, depth, ctrl_flags) = (opts.queues, opts.depth, shared.ctrl_flags());
     let ctrl = on_control_thread(move || {
         UblkCtrlBuilder::default()
             .name(TARGET_NAME)
@@ -165,7 +210,7 @@ pub fn serve(
             .nr_queues(queues)
             .depth(depth)
             .io_buf_bytes(IO_BUF_BYTES)
-            .ctrl_flags(CTRL_FLAGS)
+            .ctrl_flags(ctrl_flags)
             .dev_flags(dev_flags)
             .build()
             .map_err(|e| build_error(id, e))
@@ -178,8 +223,9 @@ pub fn serve(
     tracing::info!("ublk device {dev_id} added ({:?})", opts.mode);
 
     let target_json = opts.target_json;
+    let params_of = shared.clone();
     let tgt_fn = move |dev: &mut UblkDev| {
-        set_params(dev, capacity, chunk, depth);
+        params_of.set_params(dev, depth);
         dev.set_target_json(target_json);
         Ok(())
     };
@@ -286,7 +332,7 @@ fn init_control_ring() -> Result<(), UblkError> {
 fn run_device(
     ctrl: &UblkCtrl,
     tgt_fn: impl FnOnce(&mut UblkDev) -> Result<(), UblkError>,
-    shared: Arc<QueueShared>,
+    shared: Served,
     device_fn: impl FnOnce(&UblkCtrl),
 ) -> Result<(), UblkError> {
     let dev = Arc::new(UblkDev::new(ctrl.get_name(), tgt_fn, ctrl)?);
@@ -301,7 +347,7 @@ fn run_device(
                 let tid = UblkCtrl::init_queue_thread();
                 libublk::io::set_io_thread_idx(t);
                 if tx.send((q, tid)).is_ok() {
-                    run_queue(q, &dev, shared);
+                    shared.run_queue(q, &dev);
                 }
             }));
         }

@@ -21,8 +21,9 @@ pub mod raw_file;
 pub mod registry;
 pub mod request;
 pub mod sys;
+pub mod zoned;
 
-pub use device::{DeviceOptions, Mode, Started};
+pub use device::{DeviceOptions, Mode, Served, Started};
 pub use error::FrontendError;
 pub use mem::MemTarget;
 pub use raw_file::RawFileTarget;

@@ -29,6 +29,9 @@ pub struct DeviceSpec {
     pub reclaim_max_active: Option<u32>,
     pub queues: u16,
     pub depth: u16,
+    /// Served as it is, a zoned device (`zonedd expose`), not through the engine.
+    #[serde(default)]
+    pub exposed: bool,
 }
 
 /// A running (or crashed) daemon's record.
@@ -176,6 +179,7 @@ mod tests {
                 reclaim_max_active: Some(2),
                 queues: 2,
                 depth: 64,
+                exposed: false,
             },
             pid: 42,
             socket: socket_path(3),
