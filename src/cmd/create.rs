@@ -13,6 +13,7 @@
 
 use super::CliError;
 use frontend::daemon::{self, Readiness, Shutdown};
+use frontend::features::UblkFeatures;
 use frontend::registry::{self, DeviceRecord, DeviceSpec};
 use frontend::{sys, BlockTarget, Dispatch, FrontendError, Job, Mode};
 use serde_json::{json, Value};
@@ -388,7 +389,7 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
     };
     let pool_weak: Weak<workpool::Pool> = Arc::downgrade(&pool);
     let (ctl, sd, spec2) = (control.clone(), shutdown.clone(), spec.clone());
-    let on_started = move |s: &frontend::Started| -> Result<(), String> {
+    let on_started = move |s: &frontend::Started, ublk: &UblkFeatures| -> Result<(), String> {
         sd.set_device(s.id);
         let log = daemon::adopt_log(s.id);
         let socket = registry::socket_path(s.id);
@@ -402,7 +403,7 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
         };
         registry::write(&rec)
             .map_err(|e| format!("writing {}: {e}", registry::record_path(s.id).display()))?;
-        let (id, bdev) = (s.id, s.bdev.clone());
+        let (id, bdev, ublk) = (s.id, s.bdev.clone(), ublk.to_json());
         let status = Arc::new(move || {
             let mut v = json!({
                 "id": id,
@@ -410,6 +411,7 @@ fn daemon_body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<()
                 "backend": spec2.backend,
                 "label": spec2.label,
                 "pid": std::process::id(),
+                "ublk": ublk,
                 "frontend": io_stats.snapshot(),
                 "pool": pool_weak.upgrade().map(|p| p.stats()),
             });

@@ -2,7 +2,9 @@
 //!
 //! The numbers come from the live daemon over its control socket: the engine's counters
 //! (zones free / mapped / buffer / reserved, reclaim state and progress, I/O and flush
-//! counters, write amplification), the worker pool's, and the frontend's request counters.
+//! counters, write amplification), the worker pool's, and the frontend's request counters;
+//! `ublk` says what the kernel's ublk driver offers (GET_FEATURES), which `UBLK_F_*` flags
+//! zonedd asked for and which the device has (`frontend::features`).
 //! `--json` prints the daemon's answer as is.
 
 use super::CliError;
@@ -75,6 +77,14 @@ fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
         }
         Value::Null => {}
         Value::String(s) => out.push((prefix.to_string(), s.clone())),
+        // Lists of names (the ublk flags): space-separated.
+        Value::Array(a) if a.iter().all(Value::is_string) => out.push((
+            prefix.to_string(),
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
+        )),
         other => out.push((prefix.to_string(), other.to_string())),
     }
 }
@@ -85,9 +95,15 @@ mod tests {
 
     #[test]
     fn flattens_nested_counters() {
-        let v = serde_json::json!({"id": 0, "engine": {"zones": {"free": 5}, "x": null}, "bdev": "/dev/ublkb0"});
+        let v = serde_json::json!({"id": 0, "engine": {"zones": {"free": 5}, "x": null}, "bdev": "/dev/ublkb0",
+            "ublk": {"flags_used_names": ["USER_RECOVERY", "USER_RECOVERY_REISSUE"], "n": [1, 2]}});
         let mut out = Vec::new();
         flatten("", &v, &mut out);
+        assert!(out.contains(&(
+            "ublk.flags_used_names".to_string(),
+            "USER_RECOVERY USER_RECOVERY_REISSUE".to_string()
+        )));
+        assert!(out.contains(&("ublk.n".to_string(), "[1,2]".to_string())));
         assert!(out.contains(&("engine.zones.free".to_string(), "5".to_string())));
         assert!(out.contains(&("bdev".to_string(), "/dev/ublkb0".to_string())));
         assert!(!out.iter().any(|(k, _)| k == "engine.x"));
