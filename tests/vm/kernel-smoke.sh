@@ -50,7 +50,7 @@ case $(uname -r) in
     expect "flags 6.12's driver adds by itself" "$extra" 0x42
     ;;
 7.*)
-    expect "7.x offers 6.16's and 7.0's features" "$((offer & new_bits))" "$new_bits"
+    expect "7.x offers 6.16's and 7.0's features" "$(printf '%#x' $((offer & new_bits)))" "$(printf '%#x' "$new_bits")"
     expect "flags 7.x's driver adds by itself" "$extra" 0x26042
     ;;
 *) echo "note: kernel $(uname -r): no expectation for its newer ublk features; the driver added $extra" ;;

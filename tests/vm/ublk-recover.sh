@@ -7,7 +7,7 @@
 # `create` on its backend (also with --format) is refused with exit 2 and the hint to run
 # `zonedd recover ID` (docs/bad-input.md), and the pattern is still intact after recovery.
 # Backend: the engine on an emulated image (or $ZONEDD_VM_RECOVER_BACKEND).
-# vm-timeout: 360
+# vm-timeout: 600
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
 Z=$(zonedd_bin)
