@@ -91,7 +91,7 @@ vm_log "bench: results in $out (load: $(cut -d' ' -f1-3 /proc/loadavg))"
 name=bench-vm
 [ "$quick" = 0 ] || name=bench-vm-quick
 vm_run "$name" "$scenario" "$timeout_s" "${VM_MEMORY:-5G}"
-cp "$VM_CACHE/runs/$name/console.log" "$out/console.log" 2>/dev/null || true
+cp "$VM_RUNS/$name/console.log" "$out/console.log" 2>/dev/null || true
 {
     echo "host_uptime_after $(uptime)"
     echo "vm_rc $VM_RC"

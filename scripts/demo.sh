@@ -52,6 +52,6 @@ vm_run demo "$ROOT/scripts/vm/demo-steps.sh" "${VM_TEST_TIMEOUT:-600}"
 case $VM_RC in
 0) echo "demo: passed in the VM (${VM_WALL_S} s)" ;;
 124) vm_die "the demo timed out in the VM" ;;
-125) vm_die "the VM never reported a result; see $VM_CACHE/runs/demo/console.log" ;;
+125) vm_die "the VM never reported a result; see $VM_RUNS/demo/console.log" ;;
 *) vm_die "the demo failed in the VM (exit $VM_RC)" ;;
 esac

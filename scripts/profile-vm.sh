@@ -31,6 +31,6 @@ export ZONEDD=$(vm_shq "$out/zonedd")
 exec bash $(vm_shq "$ROOT/scripts/bench/profile-guest.sh") --out $(vm_shq "$out") --seconds $secs ${only:+--only $(vm_shq "$only")}
 EOS
 vm_run profile-vm "$scenario" 600 "${VM_MEMORY:-5G}"
-cp "$VM_CACHE/runs/profile-vm/console.log" "$out/console.log" 2>/dev/null || true
+cp "$VM_RUNS/profile-vm/console.log" "$out/console.log" 2>/dev/null || true
 vm_log "profile: guest exited $VM_RC; results in $out"
 [ "$VM_RC" = 0 ]

@@ -4,12 +4,13 @@
 # emulation), the host's / shared into the guest over 9p, one boot per scenario.
 #
 #   scripts/vm-test.sh [--no-build] [SCENARIO...]
+#   ZONEDD_VM_KERNEL=7.3 scripts/vm-test.sh ...    # on trixie-backports' 7.3 kernel instead
 #
 # SCENARIO is a name from tests/vm/ (`kernel-smoke`) or the path of a script; with none, every
 # tests/vm/*.sh runs. The first run downloads and unpacks the kernel into target/vm/ (cached);
 # zonedd is built with `cargo build --release -p zonedd` unless --no-build (or VM_TEST_NO_BUILD=1,
 # or ZONEDD=/path/to/zonedd). Exit status: 0 when every scenario passed. Each scenario's console is
-# streamed and kept in target/vm/runs/NAME/console.log.
+# streamed and kept in target/vm/runs/NAME/console.log (target/vm/runs-7.3/ for 7.3).
 # VM_TEST_SELFTEST_FAIL=1 adds a scenario that fails, to show that a failure fails the run.
 #
 # Adding a scenario: write tests/vm/NAME.sh, a bash script that checks one thing and exits non-zero
@@ -87,6 +88,9 @@ header() {
     echo "${v:-$3}"
 }
 
+# Results on a kernel other than the default say which.
+label=""
+[ "$VM_SERIES" = 6.12 ] || label=" [$VM_SERIES]"
 passed=0
 failed=0
 report=()
@@ -99,19 +103,19 @@ for s in "${scripts[@]}"; do
     case $timeout in '' | *[!0-9]*) vm_die "$s: bad '# vm-timeout:' value '$timeout'" ;; esac
     case $init in chroot | systemd) ;; *) vm_die "$s: bad '# vm-init:' value '$init' (chroot or systemd)" ;; esac
     if [ "$init" = chroot ]; then
-        vm_log "== $name (timeout ${timeout} s, memory $mem)"
+        vm_log "== $name$label (kernel $VM_KVER, timeout ${timeout} s, memory $mem)"
     else
-        vm_log "== $name (timeout ${timeout} s, memory $mem, init $init)"
+        vm_log "== $name$label (kernel $VM_KVER, timeout ${timeout} s, memory $mem, init $init)"
     fi
     vm_run "$name" "$s" "$timeout" "$mem" "$init"
     case $VM_RC in
     0) verdict=PASS ;;
     124) verdict="FAIL (timed out)" ;;
-    125) verdict="FAIL (the guest never reported a result; see $VM_CACHE/runs/$name/console.log)" ;;
+    125) verdict="FAIL (the guest never reported a result; see $VM_RUNS/$name/console.log)" ;;
     *) verdict="FAIL (exit $VM_RC)" ;;
     esac
     if [ "$VM_RC" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
-    line=$(printf '%-28s %s  wall %ss, boot %ss' "$name" "$verdict" "$VM_WALL_S" "${VM_BOOT_S:-?}")
+    line=$(printf '%-28s %s  wall %ss, boot %ss' "$name$label" "$verdict" "$VM_WALL_S" "${VM_BOOT_S:-?}")
     vm_log "$line"
     report+=("$line")
 done

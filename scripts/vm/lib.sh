@@ -1,7 +1,8 @@
 # Host side of the VM harness, sourced by scripts/vm-test.sh and scripts/demo.sh.
 #
-# vm_prepare: fetch (once) a Debian 6.12 kernel that has ublk, null_blk, scsi_debug and dm-zoned,
-#   unpack it under $VM_CACHE and build a busybox initramfs for it.
+# vm_prepare: fetch (once) a Debian kernel that has ublk, null_blk, scsi_debug and dm-zoned (6.12
+#   from bookworm-backports, or 7.3 from trixie-backports: ZONEDD_VM_KERNEL), unpack it under
+#   $VM_CACHE and build a busybox initramfs for it.
 # vm_run NAME SCRIPT TIMEOUT_S [MEMORY [INIT]]: boot the kernel, share the host's / over 9p, chroot
 #   into it and run SCRIPT as root under scripts/vm/guest-run.sh; stream the console; set VM_RC to
 #   the script's exit status (or 124 for a timeout, 125 for a guest that never reported) and
@@ -12,7 +13,10 @@
 # Requires bash with `set -euo pipefail` in the caller. Tunables (environment):
 #   VM_CACHE   cache folder (default: <cargo target dir>/vm)
 #   VM_MEMORY  guest memory (default 4G)      VM_SMP  guest CPUs (default 2)
-#   VM_REFRESH=1  resolve and download the newest backports 6.12 kernel again
+#   ZONEDD_VM_KERNEL  6.12 (default: bookworm-backports) or 7.3 (trixie-backports); selects the
+#                  kernel for every boot, caches apart, runs in $VM_CACHE/runs (6.12) or
+#                  $VM_CACHE/runs-7.3
+#   VM_REFRESH=1  resolve and download the newest kernel of that series again
 #   VM_KERNEL_PKG  use this linux-image package instead of resolving one
 #   ZONEDD_VM_*    passed on to the scenario's environment
 
@@ -34,27 +38,33 @@ vm_target_dir() {
     printf '%s\n' "$dir"
 }
 
+# The kernel series the harness boots: ZONEDD_VM_KERNEL, 6.12 unless set.
+vm_series() {
+    case ${ZONEDD_VM_KERNEL:-6.12} in
+    6.12) echo 6.12 ;;
+    7.3) echo 7.3 ;;
+    *) vm_die "ZONEDD_VM_KERNEL=${ZONEDD_VM_KERNEL}: expected 6.12 (the default) or 7.3" ;;
+    esac
+}
+
 vm_init_paths() {
+    VM_SERIES=$(vm_series)
     VM_TARGET_DIR=$(vm_target_dir)
     VM_CACHE=${VM_CACHE:-$VM_TARGET_DIR/vm}
     mkdir -p "$VM_CACHE"
     VM_CACHE=$(cd "$VM_CACHE" && pwd -P)
+    # Each scenario's console and result; 6.12 keeps the historical place.
+    if [ "$VM_SERIES" = 6.12 ]; then VM_RUNS=$VM_CACHE/runs; else VM_RUNS=$VM_CACHE/runs-$VM_SERIES; fi
     ZONEDD=${ZONEDD:-$VM_TARGET_DIR/release/zonedd}
     case $ZONEDD in /*) ;; *) ZONEDD=$PWD/$ZONEDD ;; esac
 }
 
 # --- kernel -------------------------------------------------------------------------------------
 
-# Adds the <codename>-backports suite on the mirror the system already uses, if no source has it.
-vm_add_backports_source() {
+# The Debian mirror URI the system's apt uses for <codename> (deb822 stanza or one-line entry),
+# deb.debian.org if none says.
+vm_debian_mirror() {
     local codename=$1 uri="" f
-    if grep -Eqs "^[^#]*[[:space:]]${codename}-backports([[:space:]]|$)" \
-        /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; then
-        return 0
-    fi
-    [ "$(id -u)" = 0 ] || vm_die "apt has no ${codename}-backports source; run once as root" \
-        "(or add it yourself) so that the VM kernel can be downloaded"
-    # The URI of the deb822 stanza (or one-line entry) that carries the plain <codename> suite.
     for f in /etc/apt/sources.list.d/*.sources; do
         [ -f "$f" ] || continue
         uri=$(awk -v s="$codename" '
@@ -73,7 +83,19 @@ vm_add_backports_source() {
         uri=$(awk -v s="$codename" '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $(i+1) == s) { print $i; exit } }' \
             /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n1)
     fi
-    uri=${uri:-http://deb.debian.org/debian}
+    echo "${uri:-http://deb.debian.org/debian}"
+}
+
+# Adds the <codename>-backports suite on the mirror the system already uses, if no source has it.
+vm_add_backports_source() {
+    local codename=$1 uri
+    if grep -Eqs "^[^#]*[[:space:]]${codename}-backports([[:space:]]|$)" \
+        /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; then
+        return 0
+    fi
+    [ "$(id -u)" = 0 ] || vm_die "apt has no ${codename}-backports source; run once as root" \
+        "(or add it yourself) so that the VM kernel can be downloaded"
+    uri=$(vm_debian_mirror "$codename")
     vm_log "adding apt source ${codename}-backports on $uri"
     {
         echo "# Added by zonedd's scripts/vm/lib.sh: the VM harness downloads (never installs) its kernel from here."
@@ -87,78 +109,156 @@ vm_add_backports_source() {
     apt-get update -qq || vm_die "apt-get update failed after adding ${codename}-backports"
 }
 
-# Prints the linux-image package to use: backports' linux-image-amd64 dependency if it is 6.12,
-# else the newest linux-image-6.12.*-amd64 apt knows.
+# apt options that confine apt to a private state under $VM_CACHE/apt-<suite> listing only <suite>
+# (on the mirror the system uses): the system's sources, lists and packages are left alone. Its
+# index is fetched once (again with VM_REFRESH=1). Sets VM_APT (options for apt-get/apt-cache).
+vm_private_apt() {
+    local suite=$1 dir host_codename uri keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+    dir=$VM_CACHE/apt-$suite
+    VM_APT=(-o "Dir::Etc::SourceList=$dir/sources.list" -o "Dir::Etc::SourceParts=$dir/sources.list.d"
+        -o "Dir::Etc::Preferences=$dir/preferences" -o "Dir::Etc::PreferencesParts=$dir/preferences.d"
+        -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache" -o "Dir::State::status=/dev/null"
+        -o APT::Architecture=amd64 -o Acquire::Languages=none)
+    if [ -f "$dir/.ready" ] && [ -z "${VM_REFRESH:-}" ]; then
+        return 0
+    fi
+    [ -f "$keyring" ] || vm_die "$keyring is missing: install debian-archive-keyring"
+    mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial" "$dir/sources.list.d" "$dir/preferences.d"
+    host_codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+    uri=$(vm_debian_mirror "${host_codename:-none}")
+    echo "deb [signed-by=$keyring] $uri $suite main" >"$dir/sources.list"
+    vm_log "fetching the $suite package index on $uri (private apt state in $dir)"
+    apt-get "${VM_APT[@]}" update -qq >"$dir/update.log" 2>&1 || {
+        cat "$dir/update.log" >&2
+        vm_die "apt-get update of $suite failed (is the mirror reachable, does $keyring know $suite's key?)"
+    }
+    touch "$dir/.ready"
+}
+
+# Prints the linux-image package to use. 6.12: backports' linux-image-amd64 dependency if it is
+# 6.12, else the newest linux-image-6.12.*-amd64 apt knows. 7.3: the same in trixie-backports,
+# through a private apt state (vm_private_apt). Sets VM_APT for vm_fetch_kernel.
 vm_resolve_kernel_pkg() {
-    local codename ver pkg
+    local codename ver pkg series=$VM_SERIES
+    VM_APT=()
+    if [ "$series" = 7.3 ]; then
+        vm_private_apt trixie-backports
+    fi
     if [ -n "${VM_KERNEL_PKG:-}" ]; then
         echo "$VM_KERNEL_PKG"
         return
     fi
-    codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-    [ -n "$codename" ] || vm_die "cannot tell the Debian release from /etc/os-release"
-    if [ "$codename" = bookworm ]; then
-        vm_add_backports_source "$codename"
-        if ! apt-cache madison linux-image-amd64 | grep -q backports; then
-            [ "$(id -u)" = 0 ] || vm_die "apt knows no ${codename}-backports packages; run apt-get update as root"
-            apt-get update -qq || vm_die "apt-get update failed"
+    if [ "$series" = 6.12 ]; then
+        codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+        [ -n "$codename" ] || vm_die "cannot tell the Debian release from /etc/os-release"
+        if [ "$codename" = bookworm ]; then
+            vm_add_backports_source "$codename"
+            if ! apt-cache madison linux-image-amd64 | grep -q backports; then
+                [ "$(id -u)" = 0 ] || vm_die "apt knows no ${codename}-backports packages; run apt-get update as root"
+                apt-get update -qq || vm_die "apt-get update failed"
+            fi
         fi
     fi
-    ver=$(apt-cache madison linux-image-amd64 | awk -F'|' '$3 ~ /backports/ { gsub(/ /, "", $2); print $2; exit }')
+    ver=$(apt-cache "${VM_APT[@]}" madison linux-image-amd64 |
+        awk -F'|' '$3 ~ /backports/ { gsub(/ /, "", $2); print $2; exit }')
     pkg=""
     if [ -n "$ver" ]; then
-        pkg=$(apt-cache depends "linux-image-amd64=$ver" 2>/dev/null |
+        pkg=$(apt-cache "${VM_APT[@]}" depends "linux-image-amd64=$ver" 2>/dev/null |
             awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
     fi
     case $pkg in
-    linux-image-6.12.*-amd64) ;;
+    "linux-image-$series".*-amd64) ;;
     *)
-        pkg=$(apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb[0-9]+-amd64$' |
+        pkg=$(apt-cache "${VM_APT[@]}" search --names-only "^linux-image-${series//./\\.}\\.[0-9]+\\+deb[0-9]+-amd64\$" |
             awk '{ print $1 }' | sort -V | tail -n1)
         ;;
     esac
-    [ -n "$pkg" ] || vm_die "no linux-image 6.12 package found in apt (is ${codename}-backports reachable?)"
+    [ -n "$pkg" ] || vm_die "no linux-image $series package found in apt (is its backports suite reachable?)"
     echo "$pkg"
 }
 
 # Downloads and unpacks the kernel into $VM_CACHE/kernel-<kver> (once). Sets VM_KVER, VM_KDIR.
+# The cache holds boot/vmlinuz-<kver> and lib/modules/<kver>/ whatever the packaging: 6.12 ships
+# one linux-image package with /boot and /lib/modules; 7.3's linux-image is a stub that depends
+# on linux-binary-, linux-modules- and linux-base-<kver> (downloaded with it), with everything,
+# vmlinuz and modules.builtin* included, under /usr/lib/modules/<kver>/.
 vm_fetch_kernel() {
-    local pkg tmp
-    if [ -z "${VM_REFRESH:-}" ] && [ -z "${VM_KERNEL_PKG:-}" ] && [ -f "$VM_CACHE/current" ]; then
-        VM_KVER=$(cat "$VM_CACHE/current")
+    local pkg tmp current pkgs src
+    current=$VM_CACHE/current
+    [ "$VM_SERIES" = 6.12 ] || current=$VM_CACHE/current-$VM_SERIES
+    if [ -z "${VM_REFRESH:-}" ] && [ -z "${VM_KERNEL_PKG:-}" ] && [ -f "$current" ]; then
+        VM_KVER=$(cat "$current")
         VM_KDIR=$VM_CACHE/kernel-$VM_KVER
         [ -f "$VM_KDIR/.ready" ] && return 0
     fi
     command -v depmod >/dev/null || vm_die "depmod not found: install kmod (scripts/install-deps.sh)"
-    pkg=$(vm_resolve_kernel_pkg)
+    # Not in a command substitution: it sets VM_APT.
+    vm_resolve_kernel_pkg >"$VM_CACHE/resolve.out"
+    pkg=$(cat "$VM_CACHE/resolve.out")
     VM_KVER=${pkg#linux-image-}
     VM_KDIR=$VM_CACHE/kernel-$VM_KVER
     if [ ! -f "$VM_KDIR/.ready" ]; then
-        vm_log "downloading $pkg (once; cached in $VM_KDIR)"
+        # The image and the packages of the same kernel version it depends on.
+        pkgs=("$pkg")
+        while IFS= read -r p; do pkgs+=("$p"); done < <(apt-cache "${VM_APT[@]}" depends "$pkg" 2>/dev/null |
+            awk -v s="-$VM_KVER" '$1 ~ /Depends:$/ { n = length(s); if (length($2) > n && substr($2, length($2) - n + 1) == s) print $2 }' |
+            sort -u)
+        vm_log "downloading ${pkgs[*]} (once; cached in $VM_KDIR)"
         tmp=$VM_CACHE/download.tmp
         rm -rf "$tmp" "$VM_KDIR"
         mkdir -p "$tmp/root"
         # apt-get download runs as the calling user; as root it warns about _apt's sandbox.
-        if ! (cd "$tmp" && apt-get download -q "$pkg") >"$VM_CACHE/download.log" 2>&1; then
+        if ! (cd "$tmp" && apt-get "${VM_APT[@]}" download -q "${pkgs[@]}") >"$VM_CACHE/download.log" 2>&1; then
             cat "$VM_CACHE/download.log" >&2
-            vm_die "apt-get download $pkg failed"
+            vm_die "apt-get download ${pkgs[*]} failed"
         fi
         grep -v 'unsandboxed as root' "$VM_CACHE/download.log" >&2 || true
-        dpkg-deb -x "$tmp"/*.deb "$tmp/root"
-        [ -f "$tmp/root/boot/vmlinuz-$VM_KVER" ] || vm_die "$pkg has no boot/vmlinuz-$VM_KVER"
-        [ -d "$tmp/root/lib/modules/$VM_KVER" ] || vm_die "$pkg has no lib/modules/$VM_KVER"
-        depmod -b "$tmp/root" "$VM_KVER"
-        mkdir -p "$VM_KDIR"
-        mv "$tmp/root/boot" "$tmp/root/lib" "$VM_KDIR/"
+        for f in "$tmp"/*.deb; do dpkg-deb -x "$f" "$tmp/root"; done
+        rm -rf "$VM_KDIR.tmp"
+        mkdir -p "$VM_KDIR.tmp/boot" "$VM_KDIR.tmp/lib/modules"
+        for src in "$tmp/root/lib/modules/$VM_KVER" "$tmp/root/usr/lib/modules/$VM_KVER" ""; do
+            [ -z "$src" ] || [ -d "$src" ] && break
+        done
+        [ -n "$src" ] || vm_die "${pkgs[*]}: no lib/modules/$VM_KVER nor usr/lib/modules/$VM_KVER"
+        mv "$src" "$VM_KDIR.tmp/lib/modules/$VM_KVER"
+        if [ -f "$tmp/root/boot/vmlinuz-$VM_KVER" ]; then
+            mv "$tmp/root/boot/vmlinuz-$VM_KVER" "$VM_KDIR.tmp/boot/"
+        elif [ -f "$VM_KDIR.tmp/lib/modules/$VM_KVER/vmlinuz" ]; then
+            mv "$VM_KDIR.tmp/lib/modules/$VM_KVER/vmlinuz" "$VM_KDIR.tmp/boot/vmlinuz-$VM_KVER"
+        else
+            vm_die "${pkgs[*]}: no boot/vmlinuz-$VM_KVER nor usr/lib/modules/$VM_KVER/vmlinuz"
+        fi
+        [ -f "$VM_KDIR.tmp/lib/modules/$VM_KVER/modules.builtin" ] ||
+            vm_die "${pkgs[*]}: no modules.builtin for $VM_KVER (modprobe needs it)"
+        depmod -b "$VM_KDIR.tmp" "$VM_KVER"
         rm -rf "$tmp"
+        mv "$VM_KDIR.tmp" "$VM_KDIR"
         touch "$VM_KDIR/.ready"
     fi
-    echo "$VM_KVER" >"$VM_CACHE/current"
+    echo "$VM_KVER" >"$current"
 }
 
 # --- initramfs ----------------------------------------------------------------------------------
 
-VM_INITRD_MODULES=(netfs 9pnet 9pnet_virtio 9p)
+# What /init needs to mount the host's / over virtio-9p; their dependencies come along (7.3 has
+# more modules than 6.12: 9pnet_fd, which 9p over virtio does not need, is split out of 9pnet).
+VM_INITRD_MODULES=(9pnet_virtio 9p)
+
+# Prints the modules and, first, everything they depend on (modules.dep order), once each.
+vm_module_closure() {
+    local m seen=" " out=()
+    vm_module_visit() {
+        local dep
+        case $seen in *" $1 "*) return 0 ;; esac
+        seen="$seen$1 "
+        for dep in $(modinfo -b "$VM_KDIR" -k "$VM_KVER" -F depends "$1" 2>/dev/null | tr ',' ' '); do
+            vm_module_visit "$dep"
+        done
+        out+=("$1")
+    }
+    for m in "$@"; do vm_module_visit "$m"; done
+    printf '%s\n' "${out[@]}"
+}
 # Decompressed into the initramfs but loaded only by the boots that use them (/init).
 VM_INITRD_EXTRA_MODULES=(overlay)
 
@@ -166,7 +266,7 @@ VM_INITRD_EXTRA_MODULES=(overlay)
 # decompressed (busybox insmod cannot read .ko.xz). Rebuilt when /init, busybox or the module list
 # change.
 vm_build_initramfs() {
-    local busybox stamp want dir m ko
+    local busybox stamp want dir m ko mods=()
     busybox=$(command -v busybox) || vm_die "busybox not found: install busybox-static"
     file_is_static "$busybox" || vm_die "$busybox is not static: install busybox-static"
     VM_INITRD_BASE=$VM_CACHE/initramfs-$VM_KVER.cpio.gz
@@ -185,7 +285,8 @@ vm_build_initramfs() {
     cp "$busybox" "$dir/bin/busybox"
     cp "$VM_ROOT/scripts/vm/init" "$dir/init"
     chmod 755 "$dir/init" "$dir/bin/busybox"
-    for m in "${VM_INITRD_MODULES[@]}" "${VM_INITRD_EXTRA_MODULES[@]}"; do
+    while IFS= read -r m; do mods+=("$m"); done < <(vm_module_closure "${VM_INITRD_MODULES[@]}")
+    for m in "${mods[@]}" "${VM_INITRD_EXTRA_MODULES[@]}"; do
         ko=$(modinfo -b "$VM_KDIR" -k "$VM_KVER" -n "$m" 2>/dev/null) ||
             vm_die "module $m not found in $VM_KDIR"
         case $ko in
@@ -195,7 +296,7 @@ vm_build_initramfs() {
         *) cp "$ko" "$dir/mods/$m.ko" ;;
         esac
     done
-    echo "${VM_INITRD_MODULES[*]}" >"$dir/mods/order"
+    echo "${mods[*]}" >"$dir/mods/order"
     (cd "$dir" && find . -mindepth 1 | busybox cpio -o -H newc -R 0:0 2>/dev/null | gzip -1) \
         >"$VM_INITRD_BASE.tmp"
     mv "$VM_INITRD_BASE.tmp" "$VM_INITRD_BASE"
@@ -329,7 +430,7 @@ vm_boot_once() {
 vm_run() {
     local name=$1 script=$2 timeout=$3 mem=${4:-${VM_MEMORY:-4G}} init=${5:-chroot} rundir
     case $init in chroot | systemd) ;; *) vm_die "$name: unknown guest init '$init' (chroot or systemd)" ;; esac
-    rundir=$VM_CACHE/runs/$name
+    rundir=$VM_RUNS/$name
     mkdir -p "$rundir"
     # Two harnesses running the same scenario would share its run folder: take turns.
     exec {VM_RUN_LOCK}>"$rundir.lock"

@@ -13,6 +13,7 @@
 
 use super::CliError;
 use frontend::daemon::{self, Readiness, Shutdown};
+use frontend::features::UblkFeatures;
 use frontend::registry::{self, DeviceRecord, DeviceSpec};
 use frontend::{sys, BlockTarget, Dispatch, FrontendError, Job, Mode};
 use serde_json::{json, Value};
@@ -426,8 +427,8 @@ fn daemon_body(
     };
     let pool_weak: Weak<workpool::Pool> = Arc::downgrade(&pool);
     let (ctl, sd, spec2) = (control.clone(), shutdown.clone(), spec.clone());
-    let on_started = move |s: &frontend::Started| -> Result<(), String> {
-        let (id, bdev, shown) = (s.id, s.bdev.clone(), spec2.clone());
+    let on_started = move |s: &frontend::Started, ublk: &UblkFeatures| -> Result<(), String> {
+        let (id, bdev, shown, ublk) = (s.id, s.bdev.clone(), spec2.clone(), ublk.to_json());
         let status = Arc::new(move || {
             let mut v = json!({
                 "id": id,
@@ -441,6 +442,7 @@ fn daemon_body(
                 "chunk_bytes": chunk,
                 "started_unix": started,
                 "uptime_secs": started_at.elapsed().as_secs(),
+                "ublk": ublk,
                 "frontend": io_stats.snapshot(),
                 "pool": pool_weak.upgrade().map(|p| p.stats()),
             });

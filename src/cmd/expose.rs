@@ -11,6 +11,7 @@
 use super::create::{publish, unpublish, ControlSlot};
 use super::CliError;
 use frontend::daemon::{self, Readiness, Shutdown};
+use frontend::features::UblkFeatures;
 use frontend::registry::DeviceSpec;
 use frontend::zoned::{ZonedShared, ZonedStats};
 use frontend::{sys, Mode};
@@ -100,10 +101,14 @@ fn body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<(), Strin
     let control: ControlSlot = Arc::default();
     let (ctl, sd, spec2, dev2) = (control.clone(), shutdown.clone(), spec.clone(), dev.clone());
     let started = std::time::Instant::now();
-    let on_started = move |s: &frontend::Started| -> Result<(), String> {
-        let (id, bdev) = (s.id, s.bdev.clone());
+    let on_started = move |s: &frontend::Started, ublk: &UblkFeatures| -> Result<(), String> {
+        let (id, bdev, ublk) = (s.id, s.bdev.clone(), ublk.to_json());
         let backend = spec2.backend.clone();
-        let status = Arc::new(move || status_json(id, &bdev, &backend, &*dev2, &stats, started));
+        let status = Arc::new(move || {
+            let mut v = status_json(id, &bdev, &backend, &*dev2, &stats, started);
+            v["ublk"] = ublk.clone();
+            v
+        });
         let no_reclaim = format!(
             "device {id} serves {} as a zoned device: it has no reclaim of its own",
             spec2.backend

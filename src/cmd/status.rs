@@ -5,8 +5,9 @@
 //! reclaim, write amplification, I/O and errors, uptime: [`super::summary`]); while reclaim
 //! runs, a second look a second later gives its rate. `--watch [SECS]` redraws the summary
 //! with live rates until interrupted. `--json` prints the daemon's answer as is: every
-//! counter, with the names of docs/status.md; `--prometheus` the same counters in the
-//! Prometheus text format ([`super::metrics`]).
+//! counter, with the names of docs/status.md (`ublk`: what the kernel's ublk driver offers,
+//! which `UBLK_F_*` flags zonedd asked for and which the device has, `frontend::features`);
+//! `--prometheus` the same counters in the Prometheus text format ([`super::metrics`]).
 
 use super::summary;
 use super::CliError;

@@ -2,9 +2,10 @@
 //! RECOVERY), serving until stopped, then removal.
 
 use crate::error::FrontendError;
+use crate::features::{self, UblkFeatures};
 use crate::queue::{run_queue, QueueShared};
 use crate::request::BLOCK;
-use crate::zoned::{run_zoned_queue, set_zoned_params, ZonedShared, ZONED_CTRL_FLAGS};
+use crate::zoned::{run_zoned_queue, set_zoned_params, ZonedShared};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::io::UblkDev;
 use libublk::{sys, UblkError, UblkFlags};
@@ -14,10 +15,6 @@ use std::time::{Duration, Instant};
 
 /// libublk target name: how `list` recognises zonedd's devices.
 pub const TARGET_NAME: &str = "zonedd";
-
-/// Requests the daemon dies holding are re-issued to its successor after `recover`: the
-/// engine tolerates a write done twice (it is remapped, not overwritten in place).
-pub const CTRL_FLAGS: u64 = (sys::UBLK_F_USER_RECOVERY | sys::UBLK_F_USER_RECOVERY_REISSUE) as u64;
 
 /// Per-tag buffer: the largest request the kernel sends us.
 pub const IO_BUF_BYTES: u32 = 512 << 10;
@@ -40,10 +37,10 @@ impl Served {
         }
     }
 
-    fn ctrl_flags(&self) -> u64 {
+    fn kind(&self) -> features::Kind {
         match self {
-            Served::Block(_) => CTRL_FLAGS,
-            Served::Zoned(_) => ZONED_CTRL_FLAGS,
+            Served::Block(_) => features::Kind::Block,
+            Served::Zoned(_) => features::Kind::Zoned,
         }
     }
 
@@ -172,14 +169,16 @@ fn build_error(id: Option<u32>, e: UblkError) -> FrontendError {
 }
 
 /// Serve `shared` as a ublk device until it is stopped ([`stop_device`], a signal
-/// handler, or the kernel). `on_started` runs once `/dev/ublkbN` exists (an `Err` from it
-/// stops the device and becomes this call's error); `on_stopped` runs after the queues are
+/// handler, or the kernel). The `UBLK_F_*` flags come from [`features::choose`] (what the
+/// kernel offers, checked against what this kind of device needs). `on_started` runs once
+/// `/dev/ublkbN` exists, with those flags (an `Err` from it stops the device and becomes this
+/// call's error); `on_stopped` runs after the queues are
 /// down and before the device is deleted (flush and commit go there). `shared` is dropped
 /// before `on_stopped`, so that callback may hold the only reference to the target.
 pub fn serve(
     shared: Served,
     opts: DeviceOptions,
-    on_started: impl FnOnce(&Started) -> Result<(), String> + Send + Sync + 'static,
+    on_started: impl FnOnce(&Started, &UblkFeatures) -> Result<(), String> + Send + Sync + 'static,
     on_stopped: impl FnOnce() -> Result<(), String>,
 ) -> Result<Started, FrontendError> {
     crate::sys::check_ublk()?;
@@ -202,18 +201,27 @@ pub fn serve(
     // Control commands after the start (kill on error, stop, delete, and the drop of
     // `ctrl`) come from this thread: it needs a ring, which stays idle until then.
     init_control_ring().map_err(|e| FrontendError::ublk("setting up the control ring", e))?;
-    let (queues, depth, ctrl_flags) = (opts.queues, opts.depth, shared.ctrl_flags());
-    let ctrl = on_control_thread(move || {
-        UblkCtrlBuilder::default()
+    let (queues, depth, kind) = (opts.queues, opts.depth, shared.kind());
+    let (ctrl, ublk) = on_control_thread(move || {
+        // GET_FEATURES (6.5+); `None` on older kernels, then ADD_DEV's answer is checked.
+        let kernel = UblkCtrl::get_features();
+        let requested = features::choose(kernel, kind).map_err(FrontendError::Other)?;
+        let ctrl = UblkCtrlBuilder::default()
             .name(TARGET_NAME)
             .id(id.map(|i| i as i32).unwrap_or(-1))
             .nr_queues(queues)
             .depth(depth)
             .io_buf_bytes(IO_BUF_BYTES)
-            .ctrl_flags(ctrl_flags)
+            .ctrl_flags(requested)
             .dev_flags(dev_flags)
             .build()
-            .map_err(|e| build_error(id, e))
+            .map_err(|e| build_error(id, e))?;
+        let ublk = UblkFeatures {
+            kernel,
+            requested,
+            device: ctrl.dev_info().flags,
+        };
+        Ok::<_, FrontendError>((ctrl, ublk))
     })?;
     let dev_id = ctrl.dev_info().dev_id;
     let started = Started {
@@ -221,6 +229,14 @@ pub fn serve(
         bdev: ctrl.get_bdev_path(),
     };
     tracing::info!("ublk device {dev_id} added ({:?})", opts.mode);
+    tracing::info!("ublk device {dev_id}: {}", ublk.describe());
+    if let Err(e) = features::check_accepted(ublk.requested, ublk.device, kind) {
+        // A new device is deleted when `ctrl` drops; a recovered one stays quiesced.
+        if matches!(opts.mode, Mode::Recover { .. }) {
+            ctrl.disown();
+        }
+        return Err(FrontendError::Other(e));
+    }
 
     let target_json = opts.target_json;
     let params_of = shared.clone();
@@ -232,7 +248,7 @@ pub fn serve(
     let mut start_error = None;
     let run = run_device(&ctrl, tgt_fn, shared.clone(), |ctrl| {
         let res = if wait_for_node(&started.bdev) {
-            on_started(&started)
+            on_started(&started, &ublk)
         } else {
             Err(format!("{} did not appear", started.bdev))
         };

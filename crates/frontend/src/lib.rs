@@ -4,6 +4,7 @@
 //! - [`completion`]: how a worker's result gets back to the (thread-bound) queue thread;
 //! - [`queue`]: the per-queue I/O loop (libublk async model, one task per tag);
 //! - [`device`]: device parameters and the create / recover lifecycle of one device;
+//! - [`features`]: the kernel's ublk features, and which `UBLK_F_*` flags zonedd uses;
 //! - [`daemon`]: daemonizing with a readiness handshake, signals, systemd notification;
 //! - [`control`]: the daemon's unix-socket control endpoint (status, shutdown);
 //! - [`registry`]: what running devices leave in `/run/zonedd` for `list`/`status`/`recover`;
@@ -15,6 +16,7 @@ pub mod control;
 pub mod daemon;
 pub mod device;
 pub mod error;
+pub mod features;
 pub mod mem;
 pub mod queue;
 pub mod raw_file;

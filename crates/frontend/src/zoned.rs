@@ -28,9 +28,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use zbd::{AlignedBuf, ZoneCondition, ZoneOp, ZoneType, ZonedDevice};
 
-/// ublk control flags of an exposed zoned device.
-pub const ZONED_CTRL_FLAGS: u64 = (sys::UBLK_F_ZONED | sys::UBLK_F_USER_COPY) as u64;
-
 const SECTOR: u64 = 512;
 
 /// Counters of an exposed device, shown by `zonedd status`.
