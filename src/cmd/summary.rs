@@ -268,6 +268,31 @@ pub fn summary(s: &Value, r: Option<&Rates>) -> Vec<String> {
             ),
         );
     }
+    if let Some(u) = s.get("ublk").filter(|u| !u.is_null()) {
+        let names = |k: &str| {
+            u.get(k)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default()
+        };
+        let offer = u
+            .get("kernel_features")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown");
+        line(
+            "ublk",
+            format!(
+                "flags {} (device {}), kernel offers {offer}",
+                names("flags_used_names"),
+                names("device_flags_names")
+            ),
+        );
+    }
     if let Some(r) = r {
         line(
             "rates",
@@ -481,6 +506,19 @@ pub(crate) mod tests {
                 "I/O       1 reads (4 KiB), 2 writes (8 KiB), 0 flushes, 0 discards",
                 "errors    I/O errors 0, rejected requests 0",
             ]
+        );
+        // what the kernel's ublk driver offers and which flags the device runs with
+        let mut u = m.clone();
+        u["ublk"] = json!({"kernel_features": "0x1fe", "flags_used": "0x18",
+                           "flags_used_names": ["USER_RECOVERY", "USER_RECOVERY_REISSUE"],
+                           "device_flags": "0x1a",
+                           "device_flags_names": ["URING_CMD_COMP_IN_TASK", "USER_RECOVERY", "USER_RECOVERY_REISSUE"]});
+        assert_eq!(
+            summary(&u, None).last().map(String::as_str),
+            Some(
+                "ublk      flags USER_RECOVERY USER_RECOVERY_REISSUE (device \
+                 URING_CMD_COMP_IN_TASK USER_RECOVERY USER_RECOVERY_REISSUE), kernel offers 0x1fe"
+            )
         );
     }
 

@@ -27,7 +27,7 @@ Z=$(zonedd_bin)
 out=$("$Z" create --backend mem:64M --queues 1 --depth 8 --label smoke)
 id=$(sed -n 's/^id //p' <<<"$out")
 st=$("$Z" status "$id" --json)
-"$Z" status "$id" | grep '^ublk\.' || vm_fail "zonedd status shows no ublk lines"
+"$Z" status "$id" | grep '^ublk ' || vm_fail "zonedd status shows no ublk line"
 "$Z" delete "$id"
 jq -er --arg k "$(uname -r)" '.ublk | "ublk on \($k): the driver offers \(.kernel_features) [\(.kernel_features_names | join(" "))]",
     "  zonedd uses \(.flags_used) [\(.flags_used_names | join(" "))]; the device has \(.device_flags) [\(.device_flags_names | join(" "))]"' \
