@@ -82,10 +82,11 @@ run_xfs() { # run_xfs NAME BACKEND [--format]
     # Reads after the remount came from the device; where the backend has a read fd (every
     # backend but mem) the engine plans them and the queue threads read them on their own
     # rings (hop-free), and the checksums above were read that way.
-    local hop pool retries
-    read -r hop pool retries < <("$Z" status "$id" --json | python3 -c 'import json,sys
+    local hop pool retries counts
+    counts=$("$Z" status "$id" --json | python3 -c 'import json,sys
 f = json.load(sys.stdin)["frontend"]
 print(f["hop_free_reads"], f["pool_reads"], f["hop_free_retries"])')
+    read -r hop pool retries <<<"$counts"
     echo "$name: reads hop-free $hop, through the pool $pool, hop-free retried $retries"
     if [ "$name" != mem ]; then
         [ "$hop" -gt 0 ] || vm_fail "$name: no read went hop-free"
