@@ -275,6 +275,50 @@ impl BlockTarget for EngineTarget {
     fn flush(&self) -> Result<(), i32> {
         self.0.flush().map_err(errno)
     }
+    fn read_fd(&self) -> Option<std::os::fd::RawFd> {
+        // The ring reads it with plain offsets into caller buffers: an O_DIRECT source
+        // needs aligned ones, which the tag buffers (4096-aligned) and 4 KiB segments are.
+        self.0.read_source().map(|s| s.fd)
+    }
+    fn plan_read(&self, offset: u64, len: u64) -> Option<frontend::ReadPlan> {
+        let plan = self.0.plan_read(offset, len)?;
+        let segments = plan
+            .segments()
+            .iter()
+            .map(|s| match *s {
+                dmz::engine::ReadSegment::Zeros { len } => frontend::ReadSegment::Zeros { len },
+                dmz::engine::ReadSegment::Device { offset, len } => {
+                    frontend::ReadSegment::Device { offset, len }
+                }
+            })
+            .collect();
+        Some(frontend::ReadPlan {
+            segments,
+            guard: Box::new(EnginePlan(plan)),
+        })
+    }
+}
+
+/// The engine's plan as the frontend's guard: it holds the chunk's read lock.
+struct EnginePlan(dmz::engine::ReadPlan);
+
+impl frontend::PlanGuard for EnginePlan {
+    fn complete(self: Box<Self>) {
+        self.0.complete()
+    }
+}
+
+/// Hop-free reads (docs/design.md, "The read path") are on unless the daemon's environment
+/// has `ZONEDD_HOP_FREE_READS=0`: the switch back to reads through the pool, for
+/// comparisons and as a way out.
+fn hop_free_reads() -> bool {
+    let on = std::env::var("ZONEDD_HOP_FREE_READS").map_or(true, |v| v != "0");
+    if !on {
+        tracing::info!(
+            "hop-free reads off (ZONEDD_HOP_FREE_READS=0): every read goes through the pool"
+        );
+    }
+    on
 }
 
 /// The capacity of a `mem:SIZE` backend, `None` for any other backend. SIZE is spelled as
@@ -409,6 +453,7 @@ fn daemon_body(
         target: opened.target,
         dispatch: Arc::new(PoolDispatch(pool.clone())),
         stats: io_stats.clone(),
+        hop_free_reads: hop_free_reads(),
     });
     let engine_stats = opened.stats;
     let reclaim = opened.reclaim;

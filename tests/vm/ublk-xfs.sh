@@ -3,7 +3,8 @@
 # scsi_debug zbc=host-managed disk (like a SATA/SAS SMR drive) and an emulated SMR image
 # (plus the in-memory test target with ZONEDD_VM_XFS_MEM=1). For each: (format,) create, mkfs.xfs, mount, write a tree
 # of files and overwrite random ranges in them, sync, umount, remount, every checksum
-# matches, `xfs_repair -n` is clean, delete. A backend the build cannot serve yet (no engine)
+# matches (read back hop-free, on the queue threads' rings, where the backend allows it),
+# `xfs_repair -n` is clean, delete. A backend the build cannot serve yet (no engine)
 # is reported as SKIP, not as passed.
 # vm-timeout: 900
 # vm-memory: 4G
@@ -78,6 +79,19 @@ run_xfs() { # run_xfs NAME BACKEND [--format]
     mount "$bdev" "$mnt"
     sums "$mnt" | cmp - "$VM_SCRATCH/sums.$name" || vm_fail "$name: checksums differ after remount"
     umount "$mnt"
+    # Reads after the remount came from the device; where the backend has a read fd (every
+    # backend but mem) the engine plans them and the queue threads read them on their own
+    # rings (hop-free), and the checksums above were read that way.
+    local hop pool retries counts
+    counts=$("$Z" status "$id" --json | python3 -c 'import json,sys
+f = json.load(sys.stdin)["frontend"]
+print(f["hop_free_reads"], f["pool_reads"], f["hop_free_retries"])')
+    read -r hop pool retries <<<"$counts"
+    echo "$name: reads hop-free $hop, through the pool $pool, hop-free retried $retries"
+    if [ "$name" != mem ]; then
+        [ "$hop" -gt 0 ] || vm_fail "$name: no read went hop-free"
+    fi
+    [ "$retries" = 0 ] || vm_fail "$name: $retries hop-free reads failed and were retried"
     xfs_repair -n "$bdev" >"$VM_SCRATCH/repair.$name" 2>&1 || {
         cat "$VM_SCRATCH/repair.$name"
         vm_fail "$name: xfs_repair -n found problems"

@@ -10,6 +10,7 @@ use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::io::UblkDev;
 use libublk::{sys, UblkError, UblkFlags};
 use serde_json::Value;
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,7 +47,11 @@ impl Served {
 
     fn set_params(&self, dev: &mut UblkDev, depth: u16) {
         match self {
-            Served::Block(s) => set_params(dev, self.capacity(), s.target.chunk_size(), depth),
+            Served::Block(s) => {
+                // The target keeps the fd open while it lives, and it outlives the queues.
+                let read_fd = s.hop_free_reads.then(|| s.target.read_fd()).flatten();
+                set_params(dev, self.capacity(), s.target.chunk_size(), depth, read_fd)
+            }
             Served::Zoned(z) => set_zoned_params(dev, z, depth),
         }
     }
@@ -114,8 +119,9 @@ pub fn device_info(id: u32) -> Result<(u16, Option<Value>, Option<String>), Fron
 }
 
 /// Device parameters: 4 KiB blocks, volatile cache with FUA (so the kernel sends FLUSH and
-/// FUA), chunk_sectors = chunk size, discard / write-zeroes up to one chunk.
-fn set_params(dev: &mut UblkDev, capacity: u64, chunk: u64, depth: u16) {
+/// FUA), chunk_sectors = chunk size, discard / write-zeroes up to one chunk. `read_fd`:
+/// the target's fd for hop-free reads, registered as the queue rings' fixed file 1.
+fn set_params(dev: &mut UblkDev, capacity: u64, chunk: u64, depth: u16, read_fd: Option<RawFd>) {
     dev.set_default_params(capacity);
     let p = &mut dev.tgt.params;
     p.basic.logical_bs_shift = 12;
@@ -140,6 +146,15 @@ fn set_params(dev: &mut UblkDev, capacity: u64, chunk: u64, depth: u16) {
     // One extra ring slot for the always-armed kick poll (see `completion`).
     dev.tgt.sq_depth = depth + 1;
     dev.tgt.cq_depth = 2 * (depth + 1);
+    // libublk registers `tgt.fds` with every queue ring; fds[0] is the ublk char device.
+    if let Some(fd) = read_fd.filter(|_| dev.tgt.nr_fds == 1) {
+        dev.tgt.fds[1] = fd;
+        dev.tgt.nr_fds = 2;
+        // A hop-free read submits one ring read per device segment of the request: room
+        // for a few per tag before a full submission queue makes libublk submit early.
+        dev.tgt.sq_depth = (depth + 1).saturating_mul(4);
+        dev.tgt.cq_depth = (depth + 1).saturating_mul(8);
+    }
 }
 
 fn wait_for_node(path: &str) -> bool {

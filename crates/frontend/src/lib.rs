@@ -25,6 +25,8 @@ pub mod request;
 pub mod sys;
 pub mod zoned;
 
+use std::os::fd::RawFd;
+
 pub use device::{DeviceOptions, Mode, Served, Started};
 pub use error::FrontendError;
 pub use mem::MemTarget;
@@ -35,7 +37,10 @@ pub use raw_file::RawFileTarget;
 /// Offsets and lengths are multiples of 4096 and within [`BlockTarget::capacity`]; the
 /// frontend checks that before calling. Errors are errnos (positive) to hand back to the
 /// kernel. Calls for one chunk ([`BlockTarget::chunk_size`]) are issued in arrival order by
-/// one worker at a time; calls for different chunks run concurrently.
+/// one worker at a time; calls for different chunks run concurrently. Planned reads
+/// ([`BlockTarget::plan_read`]) are the exception: a queue thread plans and reads them
+/// itself, concurrently with the pool's calls for the same chunk (a read in flight with a
+/// write of the same blocks may see either data, as on any disk).
 pub trait BlockTarget: Send + Sync {
     fn capacity(&self) -> u64;
     /// Requests never cross a multiple of this (the frontend splits them).
@@ -47,6 +52,45 @@ pub trait BlockTarget: Send + Sync {
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), i32>;
     /// Every write completed before this call is durable when it returns.
     fn flush(&self) -> Result<(), i32>;
+
+    /// A descriptor the queue threads may read the backend through themselves (registered
+    /// as the rings' fixed file 1), for [`BlockTarget::plan_read`]'s segments. `None` (the
+    /// default): every read goes through [`BlockTarget::read`] on the pool.
+    fn read_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    /// Plan a read of `[offset, offset + len)` (inside one chunk) without blocking: `None`
+    /// whenever that cannot be had at once; the frontend then calls [`BlockTarget::read`]
+    /// on the pool. Called on a queue thread, and the plan is dropped there.
+    fn plan_read(&self, offset: u64, len: u64) -> Option<ReadPlan> {
+        let _ = (offset, len);
+        None
+    }
+}
+
+/// A read a target planned ([`BlockTarget::plan_read`]): segments in request order, and a
+/// guard that keeps what they name (zones of the backend) from being freed or rewritten
+/// until it is completed or dropped.
+pub struct ReadPlan {
+    pub segments: Vec<ReadSegment>,
+    pub guard: Box<dyn PlanGuard>,
+}
+
+/// One part of a [`ReadPlan`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadSegment {
+    /// `len` bytes of zeros.
+    Zeros { len: u32 },
+    /// `len` bytes at byte `offset` of [`BlockTarget::read_fd`].
+    Device { offset: u64, len: u32 },
+}
+
+/// Held by a [`ReadPlan`]: [`PlanGuard::complete`] once every segment was read (the target
+/// counts the read); dropped without it when a read failed (the frontend then retries with
+/// [`BlockTarget::read`], which reports the error).
+pub trait PlanGuard {
+    fn complete(self: Box<Self>);
 }
 
 /// One unit of work handed to the worker pool.

@@ -13,15 +13,25 @@
 //! VM, docs/PERFORMANCE.md). Blocking the queue meanwhile costs little: a SATA disk runs a
 //! cache flush as a non-queued command, stalling its other I/O anyway, and drives with a
 //! protected cache make flushes near-instant. The engine orders concurrent flushes itself.
+//!
+//! Reads run on the queue thread too when they can without waiting ("hop-free",
+//! [`read_hop_free`]): the target plans every piece at once ([`BlockTarget::plan_read`]:
+//! device segments and zero fills, under a guard that keeps the zones named from being
+//! freed or rewritten), the segments are read on this thread's own ring from the target's
+//! read fd (fixed file 1) straight into the tag's buffer, and the tag is committed when the
+//! last CQE is in, with no pool hop and no kick. A piece without a plan sends the whole read
+//! to the pool as before, and so does a ring read that fails or comes up short (the pool's
+//! read reports the error). `QueueShared::hop_free_reads` switches it off.
 
 use crate::completion::{errno_or_eio, Kicker, TagCompletion};
 use crate::request::{decode, split, Request};
-use crate::{BlockTarget, Dispatch, Job};
+use crate::{BlockTarget, Dispatch, Job, ReadSegment};
 use io_uring::{opcode, types};
 use libublk::helpers::IoBuf;
 use libublk::io::{UblkDev, UblkQueue};
 use libublk::{BufDesc, UblkError};
 use serde::Serialize;
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,6 +51,12 @@ pub struct IoStats {
     pub split_requests: AtomicU64,
     pub errors: AtomicU64,
     pub rejected: AtomicU64,
+    /// Reads served on the queue thread's own ring (every piece planned by the target).
+    pub hop_free_reads: AtomicU64,
+    /// Reads that went through the pool (no plan, or a hop-free read that failed).
+    pub pool_reads: AtomicU64,
+    /// Hop-free reads whose device read failed or came up short, redone on the pool.
+    pub hop_free_retries: AtomicU64,
 }
 
 #[derive(Debug, Serialize)]
@@ -56,6 +72,9 @@ pub struct IoStatsSnapshot {
     pub split_requests: u64,
     pub errors: u64,
     pub rejected: u64,
+    pub hop_free_reads: u64,
+    pub pool_reads: u64,
+    pub hop_free_retries: u64,
 }
 
 impl IoStats {
@@ -73,6 +92,9 @@ impl IoStats {
             split_requests: g(&self.split_requests),
             errors: g(&self.errors),
             rejected: g(&self.rejected),
+            hop_free_reads: g(&self.hop_free_reads),
+            pool_reads: g(&self.pool_reads),
+            hop_free_retries: g(&self.hop_free_retries),
         }
     }
     fn count(&self, req: &Request, pieces: u32) {
@@ -106,6 +128,10 @@ pub struct QueueShared {
     pub target: Arc<dyn BlockTarget>,
     pub dispatch: Arc<dyn Dispatch>,
     pub stats: Arc<IoStats>,
+    /// Serve reads on the queue threads' own rings when the target plans them
+    /// ([`BlockTarget::plan_read`], [`BlockTarget::read_fd`]); false: every read goes
+    /// through the pool, as before hop-free reads.
+    pub hop_free_reads: bool,
 }
 
 /// Body of one queue thread (`q_fn` of `run_target`). Returns when the queue is down.
@@ -125,6 +151,9 @@ pub fn run_queue(qid: u16, dev: &UblkDev, shared: Arc<QueueShared>) {
         }
     };
     let buf_len = dev.dev_info.max_io_buf_bytes as usize;
+    // `device::serve` registered the target's read fd as fixed file 1 (after the ublk char
+    // device, 0) only if hop-free reads are on and the target has one.
+    let hop_free = dev.tgt.nr_fds == 2;
     let exe = Rc::new(smol::LocalExecutor::new());
     let mut tasks = Vec::new();
     for tag in q.tags() {
@@ -132,7 +161,7 @@ pub fn run_queue(qid: u16, dev: &UblkDev, shared: Arc<QueueShared>) {
         let shared = shared.clone();
         let kicker = kicker.clone();
         tasks.push(exe.spawn(async move {
-            match tag_loop(&q, tag, buf_len, &shared, kicker).await {
+            match tag_loop(&q, tag, buf_len, &shared, kicker, hop_free).await {
                 Err(UblkError::QueueIsDown) | Ok(()) => {}
                 Err(e) => tracing::error!("queue {qid} tag {tag}: {e}"),
             }
@@ -181,7 +210,10 @@ async fn tag_loop(
     buf_len: usize,
     shared: &Arc<QueueShared>,
     kicker: Arc<Kicker>,
+    hop_free: bool,
 ) -> Result<(), UblkError> {
+    let ring = QueueRing(q);
+    let ring = hop_free.then_some(&ring);
     let buf = Arc::new(IoBuf::<u8>::new(buf_len));
     let completion = Arc::new(TagCompletion::new(kicker));
     q.submit_io_prep_cmd(tag, BufDesc::Slice(buf.as_slice()), 0, Some(&buf))
@@ -191,7 +223,7 @@ async fn tag_loop(
         let iod = q.get_iod(tag);
         let (op_flags, start, nr) = (iod.op_flags, iod.start_sector, iod.nr_sectors);
         let res = match decode(op_flags, start, nr, capacity, buf_len) {
-            Ok(req) => execute(req, &buf, &completion, shared).await,
+            Ok(req) => execute_with(req, &buf, &completion, shared, ring).await,
             Err(errno) => {
                 tracing::debug!("tag {tag}: rejected op_flags {op_flags:#x} sector {start} n {nr}: errno {errno}");
                 shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
@@ -203,12 +235,63 @@ async fn tag_loop(
     }
 }
 
+/// Reads a queue thread submits itself: on its own ring in the daemon ([`QueueRing`]),
+/// something simpler in tests.
+pub trait RingRead {
+    type Fut: Future<Output = i32>;
+    /// Start reading `len` bytes at byte `offset` of the target's read fd into `ptr`; the
+    /// future gives the bytes read or a negative errno.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must stay allocated, and be neither read nor written by anyone
+    /// else, until the returned future has completed.
+    unsafe fn read(&self, ptr: *mut u8, len: u32, offset: u64) -> Self::Fut;
+}
+
+/// The queue thread's own io_uring (libublk's per-thread queue ring), the target's read fd
+/// registered as its fixed file 1.
+pub struct QueueRing<'a, 'q>(&'a UblkQueue<'q>);
+
+impl RingRead for QueueRing<'_, '_> {
+    type Fut = libublk::uring_async::UblkUringOpFuture;
+    unsafe fn read(&self, ptr: *mut u8, len: u32, offset: u64) -> Self::Fut {
+        let sqe = opcode::Read::new(types::Fixed(1), ptr, len)
+            .offset(offset)
+            .build();
+        // The SQE is queued now and submitted by the queue's event loop; the future wakes
+        // at its CQE (libublk marks it a target I/O in user_data).
+        self.0.ublk_submit_sqe(sqe)
+    }
+}
+
+/// A ring that is never used (the type for [`execute`], which has none).
+pub enum NoRing {}
+
+impl RingRead for NoRing {
+    type Fut = std::future::Ready<i32>;
+    unsafe fn read(&self, _: *mut u8, _: u32, _: u64) -> Self::Fut {
+        match *self {}
+    }
+}
+
 /// Run one request on the pool and wait for it: bytes done, or a negative errno.
 pub async fn execute(
     req: Request,
     buf: &Arc<IoBuf<u8>>,
     completion: &Arc<TagCompletion>,
     shared: &QueueShared,
+) -> i32 {
+    execute_with::<NoRing>(req, buf, completion, shared, None).await
+}
+
+/// [`execute`], with reads done on `ring` when `shared.hop_free_reads` and the target plans
+/// every piece ([`read_hop_free`]).
+pub async fn execute_with<R: RingRead>(
+    req: Request,
+    buf: &Arc<IoBuf<u8>>,
+    completion: &Arc<TagCompletion>,
+    shared: &QueueShared,
+    ring: Option<&R>,
 ) -> i32 {
     let chunk = shared.target.chunk_size();
     let pieces = match req.range() {
@@ -222,6 +305,26 @@ pub async fn execute(
     if req == Request::Flush {
         // On this thread (see the module comment): no completion, no kick.
         return finish(req, shared.target.flush(), shared);
+    }
+    if let (Request::Read { offset, len }, Some(ring)) =
+        (req, ring.filter(|_| shared.hop_free_reads))
+    {
+        match read_hop_free(ring, offset, len, buf, shared).await {
+            HopFree::Done => {
+                shared.stats.hop_free_reads.fetch_add(1, Ordering::Relaxed);
+                return finish(req, Ok(()), shared);
+            }
+            HopFree::Failed => {
+                shared
+                    .stats
+                    .hop_free_retries
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            HopFree::NoPlan => {}
+        }
+    }
+    if matches!(req, Request::Read { .. }) {
+        shared.stats.pool_reads.fetch_add(1, Ordering::Relaxed);
     }
     completion.arm(pieces);
     if let Some((offset, len)) = req.range() {
@@ -258,6 +361,98 @@ pub async fn execute(
     finish(req, result, shared)
 }
 
+/// How [`read_hop_free`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HopFree {
+    /// The buffer holds the data.
+    Done,
+    /// A piece had no plan; nothing was read.
+    NoPlan,
+    /// A device read failed or came up short; every read has ended, the plans are dropped.
+    Failed,
+}
+
+/// A read without a pool hop: the target plans every piece at once (`plan_read` never
+/// blocks), each device segment is read on `ring` straight into the tag's buffer (all in
+/// flight together), zero segments are filled here. The plans' guards are held until every
+/// read has ended, so the zones they name stay put meanwhile; on success they are
+/// completed (the target counts the read), otherwise dropped, and the caller redoes the
+/// read on the pool, which reports a real error (and lets the engine recheck the zone).
+async fn read_hop_free<R: RingRead>(
+    ring: &R,
+    offset: u64,
+    len: u64,
+    buf: &Arc<IoBuf<u8>>,
+    shared: &QueueShared,
+) -> HopFree {
+    let mut plans = Vec::new();
+    for p in split(offset, len, shared.target.chunk_size()) {
+        let Some(plan) = shared.target.plan_read(p.offset, p.len) else {
+            return HopFree::NoPlan;
+        };
+        let covered: u64 = plan
+            .segments
+            .iter()
+            .map(|s| match *s {
+                ReadSegment::Zeros { len } | ReadSegment::Device { len, .. } => len as u64,
+            })
+            .sum();
+        if covered != p.len {
+            tracing::error!(
+                "a read plan covers {covered} bytes of a {}-byte piece",
+                p.len
+            );
+            return HopFree::NoPlan;
+        }
+        plans.push((p.buf_offset as usize, plan));
+    }
+    let mut reads = Vec::new();
+    for (start, plan) in &plans {
+        let mut pos = *start;
+        for s in &plan.segments {
+            match *s {
+                ReadSegment::Zeros { len } => {
+                    // SAFETY: `pos..pos + len` lies inside the buffer (the pieces and their
+                    // segments tile `[0, len)` of the request, checked above, and decode
+                    // checked len <= buffer size); no other piece or segment covers it and
+                    // nothing else touches the buffer while the tag's request runs.
+                    unsafe { std::ptr::write_bytes(buf.as_mut_ptr().add(pos), 0, len as usize) };
+                    pos += len as usize;
+                }
+                ReadSegment::Device { offset, len } => {
+                    // SAFETY: the range is inside the buffer and disjoint from every other
+                    // segment (as above); `buf` (the tag's `Arc<IoBuf>`) outlives this
+                    // function, and every future in `reads` is awaited below before it
+                    // returns, so the memory stays allocated and untouched by anyone else
+                    // until the kernel has finished writing it (the CQE).
+                    reads.push((
+                        unsafe { ring.read(buf.as_mut_ptr().add(pos), len, offset) },
+                        len,
+                    ));
+                    pos += len as usize;
+                }
+            }
+        }
+    }
+    let mut ok = true;
+    for (read, len) in reads {
+        let res = read.await;
+        if res != len as i32 {
+            if ok {
+                tracing::debug!("hop-free read of {len} bytes: {res}; retrying on the pool");
+            }
+            ok = false;
+        }
+    }
+    if !ok {
+        return HopFree::Failed;
+    }
+    for (_, plan) in plans {
+        plan.guard.complete();
+    }
+    HopFree::Done
+}
+
 /// The result to commit to the kernel: bytes done, or a negative errno.
 fn finish(req: Request, result: Result<(), i32>, shared: &QueueShared) -> i32 {
     match result {
@@ -291,6 +486,7 @@ mod tests {
             target: Arc::new(MemTarget::new(4 << 20, 1 << 20)),
             dispatch: d,
             stats: Arc::new(IoStats::default()),
+            hop_free_reads: true,
         }
     }
 
@@ -364,6 +560,7 @@ mod tests {
             target: Arc::new(Failing),
             dispatch: Arc::new(InlineDispatch),
             stats: Arc::new(IoStats::default()),
+            hop_free_reads: true,
         };
         let c = Arc::new(TagCompletion::new(Arc::new(Kicker::new().unwrap())));
         let buf = Arc::new(IoBuf::<u8>::new(1 << 16));
@@ -388,5 +585,213 @@ mod tests {
         };
         assert_eq!(smol::block_on(execute(d, &buf, &c, &sh)), 0);
         assert_eq!(sh.stats.snapshot().errors, 3);
+    }
+
+    /// A read-only target over a file whose every third 4 KiB block is zeros: the pool path
+    /// reads the file, plans name the file's ranges and zero-fill the zero blocks.
+    struct FileTarget {
+        file: std::fs::File,
+        _dir: tempfile::TempDir,
+        plans: std::sync::atomic::AtomicBool,
+        completed: Arc<AtomicU64>,
+    }
+
+    const FT_CHUNK: u64 = 64 << 10;
+
+    impl FileTarget {
+        fn new() -> FileTarget {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("data");
+            let mut data = vec![0u8; 16 * FT_CHUNK as usize];
+            for (i, b) in data.chunks_mut(4096).enumerate() {
+                if i % 3 != 2 {
+                    b.fill((i % 251) as u8 + 1);
+                }
+            }
+            std::fs::write(&path, &data).unwrap();
+            FileTarget {
+                file: std::fs::File::open(&path).unwrap(),
+                _dir: dir,
+                plans: true.into(),
+                completed: Arc::default(),
+            }
+        }
+        fn want(&self, offset: u64, len: u64) -> Vec<u8> {
+            use std::os::unix::fs::FileExt;
+            let mut v = vec![0u8; len as usize];
+            self.file.read_exact_at(&mut v, offset).unwrap();
+            v
+        }
+    }
+
+    struct Counted(Arc<AtomicU64>);
+    impl crate::PlanGuard for Counted {
+        fn complete(self: Box<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    impl BlockTarget for FileTarget {
+        fn capacity(&self) -> u64 {
+            16 * FT_CHUNK
+        }
+        fn chunk_size(&self) -> u64 {
+            FT_CHUNK
+        }
+        fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), i32> {
+            use std::os::unix::fs::FileExt;
+            self.file.read_exact_at(buf, offset).map_err(|_| libc::EIO)
+        }
+        fn write(&self, _: u64, _: &[u8], _: bool) -> Result<(), i32> {
+            Err(libc::EROFS)
+        }
+        fn discard(&self, _: u64, _: u64) -> Result<(), i32> {
+            Err(libc::EROFS)
+        }
+        fn write_zeroes(&self, _: u64, _: u64) -> Result<(), i32> {
+            Err(libc::EROFS)
+        }
+        fn flush(&self) -> Result<(), i32> {
+            Ok(())
+        }
+        fn read_fd(&self) -> Option<std::os::fd::RawFd> {
+            use std::os::fd::AsRawFd;
+            Some(self.file.as_raw_fd())
+        }
+        fn plan_read(&self, offset: u64, len: u64) -> Option<crate::ReadPlan> {
+            assert_eq!(
+                offset / FT_CHUNK,
+                (offset + len - 1) / FT_CHUNK,
+                "one chunk"
+            );
+            if !self.plans.load(Ordering::Relaxed) {
+                return None;
+            }
+            let mut segments: Vec<ReadSegment> = Vec::new();
+            for b in (offset..offset + len).step_by(4096) {
+                let zero = (b / 4096) % 3 == 2;
+                match (segments.last_mut(), zero) {
+                    (Some(ReadSegment::Zeros { len }), true) => *len += 4096,
+                    (Some(ReadSegment::Device { len, .. }), false) => *len += 4096,
+                    (_, true) => segments.push(ReadSegment::Zeros { len: 4096 }),
+                    (_, false) => segments.push(ReadSegment::Device {
+                        offset: b,
+                        len: 4096,
+                    }),
+                }
+            }
+            Some(crate::ReadPlan {
+                segments,
+                guard: Box::new(Counted(self.completed.clone())),
+            })
+        }
+    }
+
+    /// "Ring" reads done at once with pread; a read at `fail_at` fails with EIO.
+    struct PreadRing {
+        fd: std::os::fd::RawFd,
+        fail_at: Option<u64>,
+        reads: std::cell::Cell<u32>,
+    }
+
+    impl RingRead for PreadRing {
+        type Fut = std::future::Ready<i32>;
+        unsafe fn read(&self, ptr: *mut u8, len: u32, offset: u64) -> Self::Fut {
+            self.reads.set(self.reads.get() + 1);
+            if self.fail_at == Some(offset) {
+                return std::future::ready(-libc::EIO);
+            }
+            // SAFETY: the caller guarantees `ptr..ptr + len` is valid and ours until the
+            // future completes (it is complete when returned).
+            let n = unsafe { libc::pread(self.fd, ptr.cast(), len as usize, offset as i64) };
+            std::future::ready(if n < 0 { -libc::EIO } else { n as i32 })
+        }
+    }
+
+    fn file_shared(t: Arc<FileTarget>, d: Arc<Threads>, hop_free: bool) -> QueueShared {
+        QueueShared {
+            target: t,
+            dispatch: d,
+            stats: Arc::new(IoStats::default()),
+            hop_free_reads: hop_free,
+        }
+    }
+
+    /// Read `len` at `off` through `execute_with` and check the data against the file.
+    fn read_via(sh: &QueueShared, t: &FileTarget, ring: &PreadRing, off: u64, len: u64) {
+        let c = Arc::new(TagCompletion::new(Arc::new(Kicker::new().unwrap())));
+        let buf = Arc::new(IoBuf::<u8>::new(512 << 10));
+        // Garbage first: zero segments must be filled, not left as they were.
+        // SAFETY: nothing else uses the buffer yet.
+        unsafe { std::ptr::write_bytes(buf.as_mut_ptr(), 0xee, 512 << 10) };
+        let r = Request::Read { offset: off, len };
+        let res = smol::block_on(execute_with(r, &buf, &c, sh, Some(ring)));
+        assert_eq!(res, len as i32);
+        assert!(
+            buf.as_slice()[..len as usize] == t.want(off, len)[..],
+            "data at {off}+{len}"
+        );
+    }
+
+    #[test]
+    fn planned_reads_go_hop_free_into_the_buffer() {
+        let t = Arc::new(FileTarget::new());
+        let d = Arc::new(Threads(Mutex::new(Vec::new())));
+        let sh = file_shared(t.clone(), d.clone(), true);
+        let ring = PreadRing {
+            fd: t.read_fd().unwrap(),
+            fail_at: None,
+            reads: 0.into(),
+        };
+        // Two pieces (a chunk end inside), zero blocks among them.
+        read_via(&sh, &t, &ring, FT_CHUNK - 5 * 4096, 12 * 4096);
+        read_via(&sh, &t, &ring, 2 * 4096, 4096);
+        let s = sh.stats.snapshot();
+        assert_eq!((s.reads, s.hop_free_reads, s.pool_reads), (2, 2, 0));
+        assert_eq!(
+            t.completed.load(Ordering::Relaxed),
+            3,
+            "every plan completed"
+        );
+        assert!(ring.reads.get() >= 4);
+        assert!(d.0.lock().unwrap().is_empty(), "nothing went to the pool");
+    }
+
+    #[test]
+    fn unplanned_or_failed_reads_go_through_the_pool() {
+        let t = Arc::new(FileTarget::new());
+        let d = Arc::new(Threads(Mutex::new(Vec::new())));
+        let sh = file_shared(t.clone(), d.clone(), true);
+        // A device read fails: the plans are dropped uncompleted, the pool redoes the read.
+        let ring = PreadRing {
+            fd: t.read_fd().unwrap(),
+            fail_at: Some(FT_CHUNK),
+            reads: 0.into(),
+        };
+        read_via(&sh, &t, &ring, FT_CHUNK - 4 * 4096, 8 * 4096);
+        let s = sh.stats.snapshot();
+        assert_eq!(
+            (s.hop_free_reads, s.hop_free_retries, s.pool_reads),
+            (0, 1, 1)
+        );
+        assert_eq!(t.completed.load(Ordering::Relaxed), 0);
+        assert_eq!(*d.0.lock().unwrap(), vec![0, 1]);
+        // No plan (the target could not have one at once): the pool, no ring read.
+        t.plans.store(false, Ordering::Relaxed);
+        let ring = PreadRing {
+            fd: t.read_fd().unwrap(),
+            fail_at: None,
+            reads: 0.into(),
+        };
+        read_via(&sh, &t, &ring, 3 * FT_CHUNK, 4096);
+        assert_eq!(ring.reads.get(), 0);
+        assert_eq!(sh.stats.snapshot().pool_reads, 2);
+        // Hop-free reads switched off: the pool even when plans are offered.
+        t.plans.store(true, Ordering::Relaxed);
+        let sh = file_shared(t.clone(), d.clone(), false);
+        read_via(&sh, &t, &ring, 0, 4096);
+        assert_eq!(ring.reads.get(), 0);
+        let s = sh.stats.snapshot();
+        assert_eq!((s.hop_free_reads, s.pool_reads), (0, 1));
     }
 }

@@ -607,6 +607,14 @@ impl ZonedDevice for BlockDev {
         })
     }
 
+    fn read_source(&self) -> Option<crate::ReadSource> {
+        Some(crate::ReadSource {
+            fd: self.file.as_raw_fd(),
+            base: 0,
+            direct: true,
+        })
+    }
+
     fn describe(&self) -> String {
         format!("{} ({})", self.path.display(), self.model)
     }

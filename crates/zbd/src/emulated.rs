@@ -718,6 +718,16 @@ impl ZonedDevice for Emulated {
             .map_err(io_err(format!("flush {}", self.path.display())))
     }
 
+    /// Data zone `z` sits at `data_offset + zone_start(z)` of the image, and `read_at` is a
+    /// plain `pread` there below the write pointer.
+    fn read_source(&self) -> Option<crate::ReadSource> {
+        Some(crate::ReadSource {
+            fd: self.file.as_raw_fd(),
+            base: self.data_offset,
+            direct: false,
+        })
+    }
+
     fn describe(&self) -> String {
         let on = if self.block_device {
             " (on a block device)"

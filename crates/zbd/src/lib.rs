@@ -209,6 +209,20 @@ impl ZbdError {
 
 pub type Result<T> = std::result::Result<T, ZbdError>;
 
+/// A file descriptor that reads a device's data without the device's help: `len` bytes at
+/// device offset `off` are the bytes at file offset `base + off` of `fd`. This holds for
+/// blocks below a sequential zone's write pointer and for conventional zones (the only
+/// blocks the engine reads: valid ones), not past a write pointer (where
+/// [`ZonedDevice::read_at`] gives zeros). The descriptor lives as long as the device; it is
+/// only read through, never written or closed by the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadSource {
+    pub fd: std::os::fd::RawFd,
+    pub base: u64,
+    /// Opened `O_DIRECT`: buffers, offsets and lengths must be 4096-aligned.
+    pub direct: bool,
+}
+
 /// A zoned block device: emulated, real, or a test wrapper around either.
 ///
 /// Implementations are shared between threads (`&self` everywhere) and enforce the rules a
@@ -249,6 +263,13 @@ pub trait ZonedDevice: Send + Sync {
 
     /// A short human description ("emulated SMR image /tmp/d.img", "/dev/sda (host-managed)").
     fn describe(&self) -> String;
+
+    /// Where a caller with its own io_uring may read this device's data itself (see
+    /// [`ReadSource`]); `None` (the default) when reads must go through [`ZonedDevice::read_at`]:
+    /// memory devices, and wrappers that change what reads see (fault injection, power cuts).
+    fn read_source(&self) -> Option<ReadSource> {
+        None
+    }
 
     /// Convenience: report every zone.
     fn report_all(&self) -> Result<Vec<Zone>> {
@@ -301,6 +322,9 @@ macro_rules! forward_zoned_device {
             }
             fn report_all(&self) -> Result<Vec<Zone>> {
                 (**self).report_all()
+            }
+            fn read_source(&self) -> Option<ReadSource> {
+                (**self).read_source()
             }
             fn set_zone_condition(&self, zone: u32, cond: ZoneCondition) -> Result<()> {
                 (**self).set_zone_condition(zone, cond)

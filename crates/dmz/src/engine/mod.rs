@@ -29,7 +29,9 @@ use ids::{ChunkId, ZoneId, BLOCK};
 use meta::durability;
 use meta::{ConvQueue, Meta, Role};
 
+pub use io::{ReadPlan, ReadSegment};
 pub use reclaim::{ReclaimOptions, VictimPolicy};
+pub use zbd::ReadSource;
 
 /// Engine tuning.
 #[derive(Debug, Clone)]
@@ -227,7 +229,8 @@ struct Inner {
     free_cv: Condvar,
     log_write: Mutex<()>,
     commit_lock: Mutex<()>,
-    chunk_locks: Vec<RwLock<()>>,
+    /// Striped by chunk; `Arc`ed so that a [`ReadPlan`] can own a read guard.
+    chunk_locks: Vec<Arc<RwLock<()>>>,
     stats: Counters,
     failed: Mutex<Option<String>>,
     is_failed: AtomicBool,
@@ -287,7 +290,7 @@ impl Inner {
         self.free_cv.notify_all();
     }
 
-    fn chunk_lock(&self, chunk: ChunkId) -> &RwLock<()> {
+    fn chunk_lock(&self, chunk: ChunkId) -> &Arc<RwLock<()>> {
         &self.chunk_locks[chunk.idx() % self.chunk_locks.len()]
     }
 
@@ -401,6 +404,22 @@ impl Engine {
         io::read(&self.inner, offset, buf)
     }
 
+    /// Where [`ReadPlan`] segments are read from, if the device lets callers read it
+    /// themselves (a block device, an emulated image); `None`: use [`Engine::read`].
+    pub fn read_source(&self) -> Option<ReadSource> {
+        self.inner.dev.read_source()
+    }
+
+    /// A read of `[offset, offset + len)` (inside one chunk) planned without blocking: the
+    /// device ranges and zero fills that make it up, with the chunk's read lock held until
+    /// the plan is dropped, so nothing frees, resets or rewrites those zones meanwhile.
+    /// `None` whenever it cannot be had at once (the chunk or state lock is taken, a bitmap
+    /// block is not cached, a zone is retired, the device has no [`ReadSource`], the range
+    /// is invalid or crosses a chunk end): [`Engine::read`] then does it.
+    pub fn plan_read(&self, offset: u64, len: u64) -> Option<ReadPlan> {
+        io::plan_read(&self.inner, offset, len)
+    }
+
     pub fn write(&self, offset: u64, buf: &[u8], fua: bool) -> Result<(), EngineError> {
         io::write(&self.inner, offset, buf, fua)
     }
@@ -447,7 +466,9 @@ impl Engine {
         };
         let st = i.state.lock();
         st.meta.fill_stats(&mut s);
-        s.metadata_mem_bytes += (i.chunk_locks.len() * std::mem::size_of::<RwLock<()>>()) as u64;
+        s.metadata_mem_bytes += (i.chunk_locks.len()
+            * (std::mem::size_of::<Arc<RwLock<()>>>() + std::mem::size_of::<RwLock<()>>() + 16))
+            as u64;
         let bg = i.bg.lock();
         s.reclaim_state = if bg.reclaim_running {
             "running"
@@ -479,6 +500,14 @@ impl Engine {
         let i = &self.inner;
         let _c: Vec<_> = i.chunk_locks.iter().map(|l| l.write()).collect();
         i.state.lock().meta.check_invariants(&*i.dev)
+    }
+
+    /// Test hook: reclaim `chunk` now, on the calling thread. Not `urgent`: skipped (false)
+    /// while I/O holds the chunk, as a background pass does; `urgent`: waits for it, as a
+    /// pass for a writer waiting for a zone does. True if zones were freed.
+    #[doc(hidden)]
+    pub fn debug_reclaim_chunk(&self, chunk: u32, urgent: bool) -> Result<bool, EngineError> {
+        reclaim::reclaim_chunk(&self.inner, ChunkId(chunk), urgent)
     }
 
     /// Ask reclaim to run a pass now, whatever the watermarks say.

@@ -129,17 +129,22 @@ impl MetaCache {
                 },
             );
             self.lru.insert(self.tick, mblk);
-        } else {
-            self.tick += 1;
-            let t = self.tick;
-            let e = self.blocks.get_mut(&mblk).expect("present");
-            if e.dirty_gen == 0 {
-                self.lru.remove(&e.tick);
-                self.lru.insert(t, mblk);
-            }
-            e.tick = t;
+            return Ok(self.blocks.get_mut(&mblk).expect("present"));
         }
-        Ok(self.blocks.get_mut(&mblk).expect("present"))
+        Ok(self.get_resident(mblk))
+    }
+
+    /// A resident block, its LRU position refreshed (what `get` does on a hit).
+    fn get_resident(&mut self, mblk: u32) -> &mut Entry {
+        self.tick += 1;
+        let t = self.tick;
+        let e = self.blocks.get_mut(&mblk).expect("resident");
+        if e.dirty_gen == 0 {
+            self.lru.remove(&e.tick);
+            self.lru.insert(t, mblk);
+        }
+        e.tick = t;
+        e
     }
 
     fn evict(&mut self) {
@@ -219,6 +224,22 @@ impl MetaCache {
             out.extend_from_bitslice(&view(&e.data)[bit as usize..(bit + cnt) as usize]);
         }
         Ok(out)
+    }
+
+    /// [`MetaCache::bits`] if every bitmap block it needs is resident, without reading the
+    /// device (`None` otherwise): for callers that must not block.
+    pub fn bits_cached(&mut self, zone: ZoneId, block: u32, n: u32) -> Option<Bits> {
+        let pieces = self.pieces(zone, block, n);
+        if pieces.iter().any(|p| !self.blocks.contains_key(&p.0)) {
+            return None;
+        }
+        let mut out = Bits::with_capacity(n as usize);
+        for (mblk, bit, cnt) in pieces {
+            // Resident: `get` only refreshes its LRU position, it does not read.
+            let e = self.get_resident(mblk);
+            out.extend_from_bitslice(&view(&e.data)[bit as usize..(bit + cnt) as usize]);
+        }
+        Some(out)
     }
 
     /// `dst |= src` over a whole zone, then clear `src`. Returns the bits newly set in dst.

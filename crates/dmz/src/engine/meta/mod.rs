@@ -72,6 +72,11 @@ impl Meta {
         self.cache.bits(dev, zone, block, n)
     }
 
+    /// [`Meta::bits`] from resident bitmap blocks only (`None` if one is not cached).
+    pub fn bits_cached(&mut self, zone: ZoneId, block: u32, n: u32) -> Option<Bits> {
+        self.cache.bits_cached(zone, block, n)
+    }
+
     pub fn nr_free_conv(&self) -> usize {
         self.zones.nr_free_conv()
     }

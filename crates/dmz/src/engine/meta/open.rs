@@ -50,7 +50,7 @@ pub(in crate::engine) fn load(
         free_cv: Condvar::new(),
         log_write: Mutex::new(()),
         commit_lock: Mutex::new(()),
-        chunk_locks: (0..nr_locks).map(|_| RwLock::new(())).collect(),
+        chunk_locks: (0..nr_locks).map(|_| Arc::new(RwLock::new(()))).collect(),
         stats: Counters::default(),
         failed: Mutex::new(None),
         is_failed: AtomicBool::new(false),

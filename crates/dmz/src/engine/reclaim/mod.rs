@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
+use super::ids::ChunkId;
 use super::meta::durability;
 use super::{EngineError, Inner};
 use action::reclaim_one;
@@ -82,6 +83,18 @@ enum Mode {
     Idle,
     /// trigger_reclaim().
     Forced,
+}
+
+/// Test hook: reclaim `chunk` now as a forced pass would (skipping it while its lock is
+/// busy), or as an urgent one (waiting for the I/O in flight on it).
+pub(in crate::engine) fn reclaim_chunk(
+    inner: &Inner,
+    chunk: ChunkId,
+    urgent: bool,
+) -> Result<bool, EngineError> {
+    let map = inner.state.lock().meta.mapping(chunk);
+    let mode = if urgent { Mode::Urgent } else { Mode::Forced };
+    reclaim_one(inner, Cand::now(chunk, map), mode)
 }
 
 pub(in crate::engine) fn reclaim_thread(inner: &Arc<Inner>) {

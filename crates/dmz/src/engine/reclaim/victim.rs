@@ -17,6 +17,18 @@ pub(super) struct Cand {
     atime: u32,
 }
 
+impl Cand {
+    /// A candidate taken as it is now, cost unknown (test hooks).
+    pub fn now(chunk: ChunkId, map: Mapping) -> Cand {
+        Cand {
+            chunk,
+            map,
+            cost: 0,
+            atime: 0,
+        }
+    }
+}
+
 /// Free conventional zones, in percent of the conventional data zones.
 pub(super) fn free_pct(st: &State) -> u64 {
     (st.meta.nr_free_conv() as u64 * 100)
