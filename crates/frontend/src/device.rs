@@ -122,13 +122,8 @@ pub fn device_info(id: u32) -> Result<(u16, Option<Value>, Option<String>), Fron
 /// FUA), chunk_sectors = chunk size, discard / write-zeroes up to one chunk. `read_fd`:
 /// the target's fd for hop-free reads, registered as the queue rings' fixed file 1.
 fn set_params(dev: &mut UblkDev, capacity: u64, chunk: u64, depth: u16, read_fd: Option<RawFd>) {
-    dev.set_default_params(capacity);
+    basic_params(dev, capacity);
     let p = &mut dev.tgt.params;
-    p.basic.logical_bs_shift = 12;
-    p.basic.physical_bs_shift = 12;
-    p.basic.io_min_shift = 12;
-    p.basic.io_opt_shift = 12;
-    p.basic.attrs = sys::UBLK_ATTR_VOLATILE_CACHE | sys::UBLK_ATTR_FUA;
     let chunk_sectors = chunk >> 9;
     if chunk.is_power_of_two() && chunk_sectors <= u32::MAX as u64 {
         p.basic.chunk_sectors = chunk_sectors as u32;
@@ -155,6 +150,18 @@ fn set_params(dev: &mut UblkDev, capacity: u64, chunk: u64, depth: u16, read_fd:
         dev.tgt.sq_depth = (depth + 1).saturating_mul(4);
         dev.tgt.cq_depth = (depth + 1).saturating_mul(8);
     }
+}
+
+/// What every zonedd device has: `capacity` bytes in 4 KiB blocks, a volatile cache with FUA
+/// (so the kernel sends FLUSH and FUA).
+pub(crate) fn basic_params(dev: &mut UblkDev, capacity: u64) {
+    dev.set_default_params(capacity);
+    let p = &mut dev.tgt.params.basic;
+    p.logical_bs_shift = 12;
+    p.physical_bs_shift = 12;
+    p.io_min_shift = 12;
+    p.io_opt_shift = 12;
+    p.attrs = sys::UBLK_ATTR_VOLATILE_CACHE | sys::UBLK_ATTR_FUA;
 }
 
 fn wait_for_node(path: &str) -> bool {

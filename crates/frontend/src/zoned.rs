@@ -126,13 +126,8 @@ impl ZonedShared {
 /// backend's open/active limits, zone append up to one request.
 pub(crate) fn set_zoned_params(dev: &mut UblkDev, shared: &ZonedShared, depth: u16) {
     let geo = shared.dev.geometry();
-    dev.set_default_params(geo.capacity());
+    crate::device::basic_params(dev, geo.capacity());
     let p = &mut dev.tgt.params;
-    p.basic.logical_bs_shift = 12;
-    p.basic.physical_bs_shift = 12;
-    p.basic.io_min_shift = 12;
-    p.basic.io_opt_shift = 12;
-    p.basic.attrs = sys::UBLK_ATTR_VOLATILE_CACHE | sys::UBLK_ATTR_FUA;
     p.basic.chunk_sectors = (geo.zone_size / SECTOR) as u32;
     p.types |= sys::UBLK_PARAM_TYPE_ZONED;
     let (max_open_zones, max_active_zones) = shared.limits();
