@@ -13,6 +13,8 @@
 # Requires bash with `set -euo pipefail` in the caller. Tunables (environment):
 #   VM_CACHE   cache folder (default: <cargo target dir>/vm)
 #   VM_MEMORY  guest memory (default 4G)      VM_SMP  guest CPUs (default 2)
+#   VM_CPU     qemu CPU model (default max)   VM_9P_CACHE  9p cache mode of the host's / (default
+#              loose; empty: none; docs/vm-testing.md)
 #   ZONEDD_VM_KERNEL  6.12 (default: bookworm-backports) or 7.3 (trixie-backports); selects the
 #                  kernel for every boot, caches apart, runs in $VM_CACHE/runs (6.12) or
 #                  $VM_CACHE/runs-7.3
@@ -354,6 +356,7 @@ vm_make_initrd() {
         echo "VM_RESULT=$(vm_shq "$rundir/result")"
         echo "VM_ZONEDD=$(vm_shq "$ZONEDD")"
         echo "VM_CI=$(vm_shq "${CI:-}")"
+        echo "VM_9P_CACHE=$(vm_shq "${VM_9P_CACHE-loose}")"
         # Host paths the guest must see even if they live under /run (the guest mounts its own).
         echo "VM_PASSTHRU=$(vm_shq "$VM_ROOT
 $(dirname "$script")
@@ -396,7 +399,7 @@ vm_boot_once() {
     (
         timeout --foreground -k 10 $((timeout + ${VM_BOOT_ALLOWANCE_S:-180})) \
             qemu-system-x86_64 \
-            -accel tcg,thread=multi -cpu max -smp "${VM_SMP:-2}" -m "$mem" \
+            -accel tcg,thread=multi -cpu "${VM_CPU:-max}" -smp "${VM_SMP:-2}" -m "$mem" \
             -nographic -no-reboot -nic none \
             -kernel "$VM_KERNEL" -initrd "$rundir/initrd" \
             -append "console=ttyS0 quiet panic=-1 oops=panic" \
