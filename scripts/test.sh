@@ -1,74 +1,115 @@
 #!/usr/bin/env bash
 # The full test suite: formatting and lints, the host tests, the Debian package, then every VM
 # scenario. Does its own set-up: the Debian packages it needs (scripts/install-deps.sh, quick when
-# none is missing), cargo-fuzz and cargo-deb (cargo install, once), the VM kernel (downloaded once).
+# none is missing), cargo-fuzz and cargo-deb (cargo install, once), the VM kernels (downloaded
+# once).
+#
+# Two lanes run side by side once the release binary is built, because a TCG guest keeps only
+# about 1.6 of the 2 cores busy and most host test phases keep one:
+#   lane A (background, log in target/ci/lane-a.log): every VM scenario on kernel 6.12 but the
+#     package one, the power-cut loop, then the kernel 7.3 scenarios; on a copy of the binary
+#     (target/ci/zonedd), so that the host tests' builds can never change it under a guest;
+#   lane B (this shell, niced so that the guests keep their pace): clippy, the host tests, the
+#     long engine tests (model and power cuts, side by side), the fuzz smoke run, the Debian
+#     package and its VM scenario.
+# Lane A's summary (and the end of its log if it failed) comes at the end; the exit status is
+# non-zero if anything failed in either lane. Each phase prints its time since the start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+t_start=$(date +%s)
+phase() { echo "== [$(($(date +%s) - t_start)) s] $*"; }
+
 scripts/install-deps.sh
 
-echo "== cargo fmt --check"
+phase "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
-cargo clippy --workspace --all-targets -- -D warnings
-echo "== cargo test (host)"
-# The long engine tests run on their own below so that their counts reach the log; --exact so
-# that the skips do not also drop tests whose names merely contain theirs (check_crash's
-# repair/resync_survives_a_power_cut_at_every_write).
-cargo test --workspace --release -- --exact --skip power_cut_at_every_write --skip model_greedy \
-    --skip model_oldest_first --skip model_parallel_reclaim
-echo "== engine model test (1,000,000 ops in release) and power cuts at every write boundary"
-mkdir -p target
-if ! cargo test --release -p dmz --test engine_model --test engine_powercut -- --nocapture 2>&1 |
-    tee target/engine-long-tests.log | grep -E "ops done|crash points|^test |test result"; then
-    tail -n 60 target/engine-long-tests.log
-    exit 1
-fi
-echo "== fuzz smoke run (libFuzzer, 10 s per target; installs cargo-fuzz if missing)"
-FUZZ_SECONDS=10 scripts/fuzz.sh --install
-echo "== Debian package (scripts/package.sh; installs cargo-deb if missing)"
-# tests/vm/package.sh installs and removes it in the guest.
-ZONEDD_VM_DEB=$(scripts/package.sh)
-export ZONEDD_VM_DEB
-echo "== cargo build --release -p zonedd (the binary every VM scenario below uses)"
+phase "cargo build --release -p zonedd (the binary every VM scenario uses)"
 cargo build --release -p zonedd
-# The newest kernel too (ZONEDD_VM_KERNEL=7.3, trixie-backports; docs/vm-testing.md): the
-# scenarios where ublk's lifecycle and the kernel's zoned stack differ between releases. They
-# run alongside the 6.12 scenarios and the power-cut loop: a guest keeps about one of the two
-# cores busy, so the second guest costs little wall time. Their console goes to a log, their
-# summary (and on failure the whole log) comes after the power-cut loop.
-k73_pid=""
-k73_log=target/vm/vm-test-7.3.log
-# ublk-xfs on 7.3 (11 minutes of wall time beside the 6.12 scenarios on 2 cores) is left to
-# ZONEDD_TEST_KERNEL_73="kernel-smoke ublk-xfs ublk-recover dmzoned-interop": the whole suite
-# must stay well inside CI's limit.
+mkdir -p target/ci target/vm
+install -m 755 target/release/zonedd target/ci/zonedd
+ZONEDD=$PWD/target/ci/zonedd
+export ZONEDD
+
+# ---- lane A: the VM scenarios ------------------------------------------------------------------
+# The 7.3 scenarios: ublk's lifecycle and the kernel's zoned stack differ between releases.
+# ublk-xfs on 7.3 is left to ZONEDD_TEST_KERNEL_73="kernel-smoke ublk-xfs ublk-recover
+# dmzoned-interop": the whole suite must stay well inside CI's limit.
 k73_scenarios=${ZONEDD_TEST_KERNEL_73:-kernel-smoke ublk-recover dmzoned-interop}
-if [ "${ZONEDD_VM_KERNEL:-6.12}" != 7.3 ]; then
-    mkdir -p target/vm
-    echo "== started in the background: $k73_scenarios on kernel 7.3 (log: $k73_log)"
-    k73_t0=$(date +%s)
-    # shellcheck disable=SC2086 # a list of scenario names
-    ZONEDD_VM_KERNEL=7.3 scripts/vm-test.sh --no-build $k73_scenarios \
-        >"$k73_log" 2>&1 &
-    k73_pid=$!
-    trap '[ -z "$k73_pid" ] || kill "$k73_pid" 2>/dev/null || true' EXIT
-fi
-echo "== VM scenarios (tests/vm/*.sh, real kernel in qemu: ${ZONEDD_VM_KERNEL:-6.12})"
-scripts/vm-test.sh --no-build
-echo "== power-cut loop (tests/vm/powercut-loop.sh driven from the host: two boots per round)"
-scripts/vm/powercut-host.sh
-if [ -n "$k73_pid" ]; then
-    echo "== VM scenarios on kernel 7.3 (ZONEDD_VM_KERNEL=7.3): $k73_scenarios"
-    k73_wait_t0=$(date +%s)
-    k73_rc=0
-    wait "$k73_pid" || k73_rc=$?
-    k73_pid=""
-    now=$(date +%s)
-    if [ "$k73_rc" = 0 ]; then
-        sed -n '/^vm: scenario results/,$p' "$k73_log"
-    else
-        cat "$k73_log"
+[ "${ZONEDD_VM_KERNEL:-6.12}" != 7.3 ] || k73_scenarios=""
+lane_a_scenarios=()
+for f in tests/vm/*.sh; do
+    n=$(basename "$f" .sh)
+    [ "$n" = package ] || lane_a_scenarios+=("$n") # lane B: it needs the package built there
+done
+lane_a() {
+    local t0 rc=0
+    t0=$(date +%s)
+    aphase() { echo "== [lane A $(($(date +%s) - t0)) s] $*"; }
+    aphase "VM scenarios (real kernel in qemu: ${ZONEDD_VM_KERNEL:-6.12}): ${lane_a_scenarios[*]}"
+    scripts/vm-test.sh --no-build "${lane_a_scenarios[@]}" || rc=1
+    aphase "power-cut loop (tests/vm/powercut-loop.sh driven from the host: two boots per round)"
+    scripts/vm/powercut-host.sh || rc=1
+    if [ -n "$k73_scenarios" ]; then
+        aphase "VM scenarios on kernel 7.3 (ZONEDD_VM_KERNEL=7.3): $k73_scenarios"
+        # shellcheck disable=SC2086 # a list of scenario names
+        ZONEDD_VM_KERNEL=7.3 scripts/vm-test.sh --no-build $k73_scenarios || rc=1
     fi
-    echo "kernel 7.3 pass: $((now - k73_t0)) s in all, $((now - k73_wait_t0)) s of them after the 6.12 scenarios and the power-cut loop ended"
-    [ "$k73_rc" = 0 ]
+    aphase "lane A done: $([ "$rc" = 0 ] && echo passed || echo FAILED)"
+    return "$rc"
+}
+lane_a_log=target/ci/lane-a.log
+phase "lane A started in the background: the VM scenarios (log: $lane_a_log)"
+lane_a >"$lane_a_log" 2>&1 &
+lane_a_pid=$!
+trap '[ -z "$lane_a_pid" ] || kill "$lane_a_pid" 2>/dev/null || true' EXIT
+
+# ---- lane B: host tests, then the package ------------------------------------------------------
+b_rc=0
+lane_b() {
+    local pm pp rc=0
+    phase "cargo clippy"
+    nice -n 10 cargo clippy --workspace --all-targets -- -D warnings || return 1
+    phase "cargo test (host)"
+    # The long engine tests run on their own below so that their counts reach the log; --exact
+    # so that the skips do not also drop tests whose names merely contain theirs (check_crash's
+    # repair/resync_survives_a_power_cut_at_every_write).
+    nice -n 10 cargo test --workspace --release -- --exact --skip power_cut_at_every_write \
+        --skip model_greedy --skip model_oldest_first --skip model_parallel_reclaim || return 1
+    phase "engine model test (1,000,000 ops in release) beside power cuts at every write boundary"
+    nice -n 10 cargo test --release -p dmz --test engine_model -- --nocapture \
+        >target/ci/engine-model.log 2>&1 &
+    pm=$!
+    nice -n 10 cargo test --release -p dmz --test engine_powercut -- --nocapture \
+        >target/ci/engine-powercut.log 2>&1 &
+    pp=$!
+    wait "$pm" || rc=1
+    wait "$pp" || rc=1
+    grep -hE "ops done|crash points|^test |test result" target/ci/engine-model.log \
+        target/ci/engine-powercut.log || true
+    if [ "$rc" != 0 ]; then
+        tail -n 60 target/ci/engine-model.log target/ci/engine-powercut.log
+        return 1
+    fi
+    phase "fuzz smoke run (libFuzzer, 10 s per target; installs cargo-fuzz if missing)"
+    FUZZ_SECONDS=10 nice -n 10 scripts/fuzz.sh --install || return 1
+    phase "Debian package (scripts/package.sh; installs cargo-deb if missing)"
+    ZONEDD_VM_DEB=$(nice -n 10 scripts/package.sh --no-build) || return 1
+    export ZONEDD_VM_DEB
+    phase "VM scenario package (6.12): dpkg -i, the files, dpkg -r"
+    scripts/vm-test.sh --no-build package || return 1
+}
+lane_b || b_rc=1
+[ "$b_rc" = 0 ] || phase "lane B FAILED (above); waiting for lane A"
+
+phase "waiting for lane A (the VM scenarios)"
+a_rc=0
+wait "$lane_a_pid" || a_rc=$?
+lane_a_pid=""
+grep -E "^== \[lane A|^vm: |^  [a-z0-9-]+ +(PASS|FAIL)|^powercut-loop:|^kernel 7.3" "$lane_a_log" || true
+if [ "$a_rc" != 0 ]; then
+    echo "== lane A failed: the last 400 lines of $lane_a_log"
+    tail -n 400 "$lane_a_log"
 fi
+phase "end: lane A $([ "$a_rc" = 0 ] && echo passed || echo FAILED), lane B $([ "$b_rc" = 0 ] && echo passed || echo FAILED)"
+[ "$a_rc" = 0 ] && [ "$b_rc" = 0 ]
