@@ -13,6 +13,7 @@
 
 mod common;
 
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -37,16 +38,28 @@ const RESERVED: u32 = 3;
 // ---------------------------------------------------------------------------------------
 // Watchdog
 
-/// Aborts the whole test binary (so the test fails instead of hanging) unless dropped
-/// within `secs`.
+/// Aborts the whole test binary (so that a hung engine fails the test instead of hanging it)
+/// when the device completes no write for `secs` seconds in a row. It watches progress, not
+/// the test's total time: a loaded machine makes a test slower, never a failure.
 struct Watchdog(Option<mpsc::Sender<()>>);
 
-fn watchdog(what: &'static str, secs: u64) -> Watchdog {
+fn watchdog(what: &'static str, secs: u64, dev: &Arc<Dev>) -> Watchdog {
+    let dev = dev.clone();
     let (tx, rx) = mpsc::channel::<()>();
     std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(secs)) {
-            eprintln!("WATCHDOG: {what} made no progress in {secs} s (engine hang); aborting");
-            std::process::abort();
+        let mut last = dev.write_count();
+        while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(secs))
+        {
+            let now = dev.write_count();
+            if now == last {
+                // Not eprintln!: the test harness captures that, and abort loses the capture.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "WATCHDOG: {what}: no device write completed in {secs} s (engine hang); aborting"
+                );
+                std::process::abort();
+            }
+            last = now;
         }
     });
     Watchdog(Some(tx))
@@ -418,8 +431,8 @@ fn kind_matches(kind: Kind, op: &Op, layout: &Layout, ctx: Ctx) -> bool {
 /// Runs the workload, arms a one-shot fault on the first `kind` operation issued in `ctx`
 /// after some data exists, keeps going, then checks the contract. Returns faults injected.
 fn device_error(ctx: Ctx, kind: Kind, seed: u64, zones_accounted: bool) -> u64 {
-    let _w = watchdog("device_error", 120);
     let mut rig = Rig::new(seed);
+    let _w = watchdog("device_error", 120, &rig.dev);
     let mut o = opts();
     if ctx == Ctx::Reclaim {
         // Reclaim often: keep conventional zones scarce.
@@ -584,8 +597,8 @@ enum Which {
 }
 
 fn zone_condition(which: Which, cond: ZoneCondition) {
-    let _w = watchdog("zone_condition", 120);
     let mut rig = Rig::new(0x20e5 ^ which as u64 ^ ((cond as u64) << 8));
+    let _w = watchdog("zone_condition", 120, &rig.dev);
     // Reclaim only for writers waiting for a zone: a busy pass must not move chunk 3
     // between looking up its zones and losing one of them.
     let mut o = opts();
@@ -777,8 +790,8 @@ fn free_zone_read_only() {
 
 #[test]
 fn out_of_zones_without_reclaim_is_enospc() {
-    let _w = watchdog("out_of_zones_without_reclaim_is_enospc", 120);
     let mut rig = Rig::new(0xe05c);
+    let _w = watchdog("out_of_zones_without_reclaim_is_enospc", 120, &rig.dev);
     let mut o = opts();
     o.reclaim.enabled = false;
     let e = rig.open(o);
@@ -810,8 +823,8 @@ fn out_of_zones_without_reclaim_is_enospc() {
 
 #[test]
 fn random_overwrites_of_the_whole_volume() {
-    let _w = watchdog("random_overwrites_of_the_whole_volume", 240);
     let mut rig = Rig::new(0x0e11);
+    let _w = watchdog("random_overwrites_of_the_whole_volume", 240, &rig.dev);
     let e = rig.open(opts());
     let cb = rig.chunk_blocks;
     let ops = if cfg!(debug_assertions) {
@@ -852,8 +865,8 @@ fn random_overwrites_of_the_whole_volume() {
 // A backend that vanishes
 
 fn vanish(errno: i32, seed: u64, check_errno: bool) {
-    let _w = watchdog("vanish", 120);
     let mut rig = Rig::new(seed);
+    let _w = watchdog("vanish", 120, &rig.dev);
     let e = rig.open(opts());
     for _ in 0..150 {
         rig.step(&e, Verify::Acked);

@@ -11,8 +11,14 @@ use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
 use nix::unistd::Pid;
 use workpool::{worker_cpu, Policy, Pool};
 
-/// Runs `f` on its own thread; fails the test if it has not finished within `secs`.
-fn guard(name: &str, secs: u64, f: impl FnOnce() + Send + 'static) {
+/// How long a guarded body may run before the test calls it stuck. It catches hangs (a lost
+/// wakeup never ends), not slowness: every body takes well under a second on an idle machine,
+/// and a loaded one must not fail them, so the limit is far beyond any scheduling delay.
+const STUCK_SECS: u64 = 600;
+
+/// Runs `f` on its own thread; fails the test if it has not finished within [`STUCK_SECS`].
+fn guard(name: &str, f: impl FnOnce() + Send + 'static) {
+    let secs = STUCK_SECS;
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
         f();
@@ -55,7 +61,7 @@ fn per_key_order_holds_under_concurrent_queueing() {
     const KEYS: u64 = 24;
     const PER_KEY: usize = 300;
     for policy in policies() {
-        guard("per-key order", 60, move || {
+        guard("per-key order", move || {
             let pool = Arc::new(Pool::new("order", policy));
             // Per key: log of (producer, seq) in execution order, and an "executing" flag.
             let logs: Arc<Vec<Log>> = Arc::new((0..KEYS).map(|_| Mutex::new(Vec::new())).collect());
@@ -130,7 +136,7 @@ fn per_key_order_holds_under_concurrent_queueing() {
 
 #[test]
 fn max_active_is_never_exceeded() {
-    guard("max_active", 60, || {
+    guard("max_active", || {
         const CAP: usize = 3;
         let pool = Pool::new("cap", Policy::Unbound { max_active: CAP });
         let now = Arc::new(AtomicUsize::new(0));
@@ -165,7 +171,7 @@ fn max_active_is_never_exceeded() {
 fn max_active_works_do_run_together() {
     // Each of CAP works waits for all CAP to be executing: completes only if the cap is
     // reached, not just respected.
-    guard("cap reached", 30, || {
+    guard("cap reached", || {
         const CAP: usize = 4;
         let pool = Pool::new("together", Policy::Unbound { max_active: CAP });
         let all_in = Arc::new(Barrier::new(CAP));
@@ -190,7 +196,7 @@ fn no_lost_wakeup_over_thousands_of_rounds() {
         Policy::Unbound { max_active: 2 },
         Policy::PerCpu { max_per_cpu: 1 },
     ] {
-        guard("rounds", 60, move || {
+        guard("rounds", move || {
             let pool = Arc::new(Pool::new("rounds", policy));
             let done = Arc::new(AtomicU64::new(0));
             let step = Arc::new(Barrier::new(3));
@@ -228,7 +234,7 @@ fn no_lost_wakeup_over_thousands_of_rounds() {
 #[test]
 fn ping_pong_never_loses_a_wakeup() {
     // Every job is queued right as the worker goes back to sleep: the classic lost-wakeup race.
-    guard("ping-pong", 60, || {
+    guard("ping-pong", || {
         let pool = Pool::new("pingpong", Policy::Unbound { max_active: 2 });
         let (tx, rx) = mpsc::channel();
         for i in 0..5000u64 {
@@ -270,7 +276,7 @@ fn idle_pool_makes_zero_wakeups() {
 
 #[test]
 fn busy_workers_are_not_woken_and_limit_holds_back_extra_works() {
-    guard("busy", 30, || {
+    guard("busy", || {
         let pool = Arc::new(Pool::new("busy", Policy::Unbound { max_active: 2 }));
         let (started_tx, started_rx) = mpsc::channel();
         let gate = Arc::new(Barrier::new(3));
@@ -312,7 +318,7 @@ fn busy_workers_are_not_woken_and_limit_holds_back_extra_works() {
 
 #[test]
 fn appending_to_a_running_work_wakes_nobody() {
-    guard("append", 30, || {
+    guard("append", || {
         let pool = Pool::new("append", Policy::Unbound { max_active: 4 });
         let (started_tx, started_rx) = mpsc::channel();
         let (gate_tx, gate_rx) = mpsc::channel::<()>();
@@ -396,7 +402,7 @@ fn percpu_jobs_run_on_the_queueing_cpu() {
 #[test]
 fn percpu_blocked_work_does_not_stall_its_cpu() {
     // Work 1 blocks until work 2, queued later on the same CPU, runs.
-    guard("head-of-line", 30, || {
+    guard("head-of-line", || {
         let cpu = allowed_cpus()[0];
         pin_self(cpu);
         let pool = Pool::new("hol", Policy::PerCpu { max_per_cpu: 2 });
@@ -410,7 +416,7 @@ fn percpu_blocked_work_does_not_stall_its_cpu() {
 
 #[test]
 fn panicking_job_does_not_wedge_its_work() {
-    guard("panic", 30, || {
+    guard("panic", || {
         let pool = Pool::new("panic", Policy::Unbound { max_active: 1 });
         let ran = Arc::new(AtomicBool::new(false));
         pool.queue(5, Box::new(|| panic!("job panic (expected by the test)")));
@@ -425,7 +431,7 @@ fn panicking_job_does_not_wedge_its_work() {
 
 #[test]
 fn shutdown_drains_chained_jobs_and_joins() {
-    guard("shutdown", 30, || {
+    guard("shutdown", || {
         let pool = Arc::new(Pool::new("down", Policy::PerCpu { max_per_cpu: 2 }));
         let count = Arc::new(AtomicU64::new(0));
         // Each job queues the next one: shutdown must wait for the whole chain.
@@ -460,7 +466,7 @@ fn shutdown_drains_chained_jobs_and_joins() {
 
 #[test]
 fn dropping_last_handle_inside_a_job_does_not_deadlock() {
-    guard("self-drop", 30, || {
+    guard("self-drop", || {
         let pool = Arc::new(Pool::new("selfdrop", Policy::Unbound { max_active: 2 }));
         let (tx, rx) = mpsc::channel();
         let p = pool.clone();
