@@ -104,7 +104,8 @@ start_foreground() {
     FG_PID=$!
     local i
     for i in $(seq 1 200); do
-        ID=$(sed -n 's/^id //p' "$VM_SCRATCH/fg.out")
+        # The shell may not have opened fg.out for the background job yet.
+        ID=$(sed -n 's/^id //p' "$VM_SCRATCH/fg.out" 2>/dev/null || true)
         [ -z "$ID" ] || return 0
         kill -0 "$FG_PID" 2>/dev/null || vm_fail "create --foreground exited: $(cat "$VM_SCRATCH/fg.err")"
         sleep 0.1
