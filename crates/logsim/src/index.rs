@@ -251,12 +251,14 @@ impl PageReport {
     }
 }
 
-/// User writes of a workload over `blocks` blocks through a cache of `cache_pages` pages:
-/// `warm` accesses to fill the cache, then `measure` counted.
+/// User writes of a workload over the first `span` of `blocks` blocks through a cache of
+/// `cache_pages` pages: `warm` accesses to fill the cache, then `measure` counted.
+#[allow(clippy::too_many_arguments)]
 pub fn simulate_pages(
     skew: Skew,
     streams: Option<Streams>,
     blocks: u64,
+    span: u64,
     cache_pages: u64,
     warm: u64,
     measure: u64,
@@ -264,7 +266,7 @@ pub fn simulate_pages(
 ) -> PageReport {
     let pages = blocks.div_ceil(PAGE_ENTRIES);
     let mut lru = Lru::new(pages, cache_pages);
-    let mut s = PageSampler::new(skew, streams, blocks, seed);
+    let mut s = PageSampler::new(skew, streams, span.min(blocks), seed);
     let mut rep = PageReport {
         pages,
         cache_pages,
@@ -297,7 +299,16 @@ mod tests {
 
     #[test]
     fn uniform_misses_at_one_minus_the_cached_share() {
-        let r = simulate_pages(Skew::Uniform, None, 1_020_000, 100, 10_000, 100_000, 1);
+        let r = simulate_pages(
+            Skew::Uniform,
+            None,
+            1_020_000,
+            1_020_000,
+            100,
+            10_000,
+            100_000,
+            1,
+        );
         assert_eq!(r.pages, 1000);
         assert!((r.miss_rate() - 0.9).abs() < 0.01, "{r:?}");
         // Every page a write touched is dirty: each eviction writes one back.

@@ -110,6 +110,9 @@ struct IndexArgs {
     /// Workloads for the page-miss simulation; comma-separated.
     #[arg(long, default_value = "uniform,80-20,zipf", value_delimiter = ',')]
     workload: Vec<Skew>,
+    /// Writes go to the first GIB of the volume only (default: all of it).
+    #[arg(long)]
+    span_gib: Option<f64>,
     /// Cache sizes in pages to simulate besides the budget's; comma-separated.
     #[arg(long, value_delimiter = ',')]
     cache_pages: Vec<u64>,
@@ -144,7 +147,7 @@ fn gc(a: GcArgs) -> Result<(), String> {
     if a.zone_blocks < 16 || a.user_blocks < 64 * a.zone_blocks as u64 {
         return Err("need zone_blocks >= 16 and user_blocks >= 64 zones".into());
     }
-    if a.group.iter().any(|&g| g == 0) {
+    if a.group.contains(&0) {
         return Err("--group must be at least 1".into());
     }
     println!(
@@ -239,15 +242,36 @@ fn index_cmd(a: IndexArgs) -> Result<(), String> {
         Memory::mib(m.pages_on_device)
     );
     println!();
+    let span = a.span_gib.map_or(blocks, |g| {
+        ((g * (1u64 << 30) as f64) as u64 / 4096).clamp(1, blocks)
+    });
+    println!(
+        "Writes over {:.1} GiB ({} pages).",
+        span as f64 * 4096.0 / (1u64 << 30) as f64,
+        span.div_ceil(PAGE_ENTRIES)
+    );
+    println!();
     println!("| workload | cache pages | share of pages cached | page misses / write | write-backs / write |");
     println!("|---|---|---|---|---|");
     let mut caches = vec![m.cache_pages];
     caches.extend(a.cache_pages.iter().copied());
+    let span = a.span_gib.map_or(blocks, |g| {
+        ((g * (1u64 << 30) as f64) as u64 / 4096).clamp(1, blocks)
+    });
     let warm = (a.warm_m * 1e6) as u64;
     let measure = (a.measure_m * 1e6) as u64;
     for &skew in &a.workload {
         for &c in &caches {
-            let r = index::simulate_pages(skew, a.streams.get(), blocks, c, warm, measure, a.seed);
+            let r = index::simulate_pages(
+                skew,
+                a.streams.get(),
+                blocks,
+                span,
+                c,
+                warm,
+                measure,
+                a.seed,
+            );
             println!(
                 "| {}{} | {} | {:.3} % | {:.4} | {:.4} |",
                 skew,

@@ -369,12 +369,12 @@ impl Store {
         let warm = (cfg.warm * cfg.user_blocks as f64) as u64;
         let measure = (cfg.measure * cfg.user_blocks as f64) as u64;
         for _ in 0..warm {
-            let (lba, o) = w.next();
+            let (lba, o) = w.next_write();
             s.user_write(lba, o);
         }
         s.counting = true;
         for _ in 0..measure {
-            let (lba, o) = w.next();
+            let (lba, o) = w.next_write();
             s.user_write(lba, o);
         }
         s.finish()
@@ -605,7 +605,7 @@ mod tests {
             s.user_write(lba, Origin::Random);
         }
         for _ in 0..3 * c.user_blocks {
-            let (lba, o) = w.next();
+            let (lba, o) = w.next_write();
             s.user_write(lba, o);
         }
         for (lba, &p) in s.l2p.iter().enumerate() {

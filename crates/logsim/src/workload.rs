@@ -127,7 +127,7 @@ impl Workload {
     }
 
     /// The next block to write and where it comes from.
-    pub fn next(&mut self) -> (u64, Origin) {
+    pub fn next_write(&mut self) -> (u64, Origin) {
         if let Some(s) = self.streams {
             if self.rng.gen::<f64>() < s.frac {
                 let n = self.rng.gen_range(0..s.count);
@@ -241,7 +241,7 @@ mod tests {
     #[test]
     fn hot_cold_hits_the_hot_part_at_its_share() {
         let mut w = Workload::new("80-20".parse().unwrap(), None, 10_000, 1);
-        let hot = (0..100_000).filter(|_| w.next().0 < 2_000).count();
+        let hot = (0..100_000).filter(|_| w.next_write().0 < 2_000).count();
         assert!((78_000..82_000).contains(&hot), "{hot}");
     }
 
@@ -268,9 +268,9 @@ mod tests {
             len: 64,
         };
         let mut w = Workload::new(Skew::Uniform, Some(s), 1 << 16, 3);
-        let first = w.next().0;
+        let first = w.next_write().0;
         for i in 1..64 {
-            assert_eq!(w.next(), (first + i, Origin::Stream(0)));
+            assert_eq!(w.next_write(), (first + i, Origin::Stream(0)));
         }
     }
 }
