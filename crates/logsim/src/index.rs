@@ -68,7 +68,7 @@ impl Memory {
 }
 
 /// An exact LRU over page numbers, O(1) per access (intrusive list in arrays).
-struct Lru {
+pub struct Lru {
     prev: Vec<u32>,
     next: Vec<u32>,
     cached: Vec<bool>,
@@ -89,7 +89,7 @@ pub struct Access {
 }
 
 impl Lru {
-    fn new(pages: u64, cap: u64) -> Self {
+    pub fn new(pages: u64, cap: u64) -> Self {
         let n = pages as usize;
         Lru {
             prev: vec![NIL; n],
@@ -129,7 +129,9 @@ impl Lru {
         }
     }
 
-    fn access(&mut self, p: u32, write: bool) -> Access {
+    /// Touches page `p` (dirtying it when `write`): a miss, and whether the page it evicted
+    /// was dirty.
+    pub fn access(&mut self, p: u32, write: bool) -> Access {
         let mut out = Access {
             miss: false,
             write_back: false,

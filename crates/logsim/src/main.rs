@@ -82,6 +82,11 @@ struct GcArgs {
     /// GC runs while fewer zones are free.
     #[arg(long, default_value_t = 2)]
     free_min: u32,
+    /// Simulate a paged L2P cache holding this share of the index pages (pages scaled to 1/64
+    /// of a zone); 0.00476 is 64 MiB for 10 TiB. Adds index page reads and writes per user
+    /// write (user path + GC liveness lookups).
+    #[arg(long, default_value_t = 0.0)]
+    page_cache_share: f64,
     /// Random writes before measuring, in multiples of U (after a sequential fill).
     #[arg(long, default_value_t = 4.0)]
     warm: f64,
@@ -151,9 +156,9 @@ fn gc(a: GcArgs) -> Result<(), String> {
         return Err("--group must be at least 1".into());
     }
     println!(
-        "| OP | B | U | workload | victim | separation | log, group | WA | device WA | meta blocks / write | victim u | resets / MiB written | extents / block | single-extent pages |"
+        "| OP | B | U | workload | victim | separation | log, group | WA | device WA | meta blocks / write | victim u | resets / MiB written | extents / block | single-extent pages | index page reads / write | index page writes / write |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for &op in &a.op {
         for &skew in &a.workload {
             for &victim in &a.victim {
@@ -168,6 +173,7 @@ fn gc(a: GcArgs) -> Result<(), String> {
                             c.stream_zones = a.stream_zones;
                             c.streams = a.streams.get();
                             c.free_min = a.free_min;
+                            c.page_cache_share = a.page_cache_share;
                             c.warm = a.warm;
                             c.measure = a.measure;
                             c.seed = a.seed;
@@ -177,8 +183,17 @@ fn gc(a: GcArgs) -> Result<(), String> {
                                 return Err(format!("--op {op} leaves too few spare zones"));
                             }
                             let r = Store::run(c);
+                            let pages = if a.page_cache_share > 0.0 {
+                                format!(
+                                    "{:.2} | {:.2}",
+                                    r.page_reads_per_write(),
+                                    r.page_writes_per_write()
+                                )
+                            } else {
+                                "- | -".to_string()
+                            };
                             println!(
-                                "| {:.0} % | {} | {} | {} | {} | {} | {}, {} | {:.2} | {:.2} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                                "| {:.0} % | {} | {} | {} | {} | {} | {}, {} | {:.2} | {:.2} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} |",
                                 op * 100.0,
                                 a.zone_blocks,
                                 a.user_blocks,
@@ -193,7 +208,8 @@ fn gc(a: GcArgs) -> Result<(), String> {
                                 r.victim_u,
                                 r.resets_per_mib(),
                                 r.extents_per_block,
-                                r.single_run_pages
+                                r.single_run_pages,
+                                pages
                             );
                         }
                     }

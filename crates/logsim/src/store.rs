@@ -5,6 +5,7 @@
 //! Time is counted in user block writes. Everything is a count: the same configuration and
 //! seed give the same figures on any host.
 
+use crate::index::Lru;
 use crate::workload::{Origin, Skew, Streams, Workload};
 use std::collections::VecDeque;
 use std::fmt;
@@ -157,6 +158,9 @@ pub struct Config {
     pub log: LogPlacement,
     /// User writes per group commit (1: every write is committed alone, QD1 + fsync).
     pub group: u32,
+    /// Simulate a paged L2P cache holding this share of the (scaled) index pages: user writes
+    /// and GC liveness lookups go through it (0: off).
+    pub page_cache_share: f64,
     /// Random writes before measuring, in multiples of U (after one sequential fill).
     pub warm: f64,
     /// Random writes measured, in multiples of U.
@@ -186,6 +190,7 @@ impl Config {
             free_min: 2,
             log: LogPlacement::Off,
             group: 1,
+            page_cache_share: 0.0,
             warm: 4.0,
             measure: 4.0,
             seed: 1,
@@ -214,6 +219,15 @@ pub struct Report {
     /// Extents of the final map: runs of consecutive logical blocks at consecutive physical
     /// blocks (what an extent index would hold), per mapped block.
     pub extents_per_block: f64,
+    /// Index page accesses by user writes and their misses and dirty write-backs (with
+    /// `page_cache_share`).
+    pub user_page_misses: u64,
+    pub user_page_write_backs: u64,
+    /// Index page accesses of GC (each summary entry of a victim, sorted by logical block:
+    /// one access per distinct page) and their misses and dirty write-backs.
+    pub gc_page_accesses: u64,
+    pub gc_page_misses: u64,
+    pub gc_page_write_backs: u64,
     /// Fraction of index pages that are a single extent (pages scaled to 1/64 of a zone, the
     /// ratio of 1020-entry pages to 256 MiB zones).
     pub single_run_pages: f64,
@@ -232,6 +246,14 @@ impl Report {
     /// Metadata block writes per user block.
     pub fn meta_per_write(&self) -> f64 {
         (self.header_writes + self.log_writes) as f64 / self.user_writes as f64
+    }
+    /// Index page reads (misses) per user write, user path and GC together.
+    pub fn page_reads_per_write(&self) -> f64 {
+        (self.user_page_misses + self.gc_page_misses) as f64 / self.user_writes as f64
+    }
+    /// Index page write-backs per user write.
+    pub fn page_writes_per_write(&self) -> f64 {
+        (self.user_page_write_backs + self.gc_page_write_backs) as f64 / self.user_writes as f64
     }
     pub fn resets_per_mib(&self) -> f64 {
         self.resets as f64 / (self.user_writes as f64 / 256.0)
@@ -271,6 +293,10 @@ pub struct Store {
     zb: u32,
     l2p: Vec<u32>,
     p2l: Vec<u32>,
+    /// The zone summary: the logical block each physical block was written for (kept after
+    /// invalidation, until the zone is reused), `NONE` for headers.
+    summary: Vec<u32>,
+    pages: Option<Lru>,
     written_at: Vec<u64>,
     zones: Vec<Zone>,
     free: VecDeque<u32>,
@@ -326,6 +352,15 @@ impl Store {
             zb,
             l2p: vec![NONE; cfg.user_blocks as usize],
             p2l: vec![NONE; nz as usize * zb as usize],
+            summary: if cfg.page_cache_share > 0.0 {
+                vec![NONE; nz as usize * zb as usize]
+            } else {
+                Vec::new()
+            },
+            pages: (cfg.page_cache_share > 0.0).then(|| {
+                let pages = cfg.user_blocks.div_ceil((zb as u64 / 64).max(1));
+                Lru::new(pages, (pages as f64 * cfg.page_cache_share).round() as u64)
+            }),
             written_at: vec![0; cfg.user_blocks as usize],
             zones: vec![
                 Zone {
@@ -453,6 +488,14 @@ impl Store {
     pub fn user_write(&mut self, lba: u64, origin: Origin) {
         let class = self.user_class(lba, origin);
         self.now += 1;
+        let pe = self.page_entries() as u64;
+        if let Some(lru) = &mut self.pages {
+            let a = lru.access((lba / pe) as u32, true);
+            if self.counting {
+                self.rep.user_page_misses += a.miss as u64;
+                self.rep.user_page_write_backs += a.write_back as u64;
+            }
+        }
         self.invalidate(lba);
         self.append(class, lba, false);
         self.written_at[lba as usize] = self.now;
@@ -509,6 +552,9 @@ impl Store {
         let pba = zone * self.zb + z.fill;
         z.fill += 1;
         z.stamp = self.now;
+        if !self.summary.is_empty() {
+            self.summary[pba as usize] = lba;
+        }
         if lba != NONE {
             z.valid += 1;
             self.p2l[pba as usize] = lba;
@@ -547,6 +593,7 @@ impl Store {
             .filter(|&l| l != NONE)
             .collect();
         live.sort_unstable();
+        self.gc_lookups(base);
         let class = self.gc_class(self.zones[v as usize].gen);
         if self.counting {
             self.rep.gc_writes += live.len() as u64;
@@ -560,6 +607,37 @@ impl Store {
         debug_assert_eq!(self.zones[v as usize].valid, 0);
         self.zones[v as usize].state = ZoneState::Free;
         self.free.push_back(v);
+    }
+
+    /// The liveness check of a victim through the paged index: every summary entry, sorted by
+    /// logical block, looks up its page (one access per distinct page); pages with a live
+    /// entry are dirtied by the relocation.
+    fn gc_lookups(&mut self, base: usize) {
+        let Some(lru) = &mut self.pages else {
+            return;
+        };
+        let pe = (self.zb as usize / 64).max(1) as u32;
+        let zb = self.zb as usize;
+        let mut entries: Vec<(u32, bool)> = (base..base + zb)
+            .filter(|&p| self.summary[p] != NONE)
+            .map(|p| (self.summary[p] / pe, self.p2l[p] != NONE))
+            .collect();
+        entries.sort_unstable();
+        let mut i = 0;
+        while i < entries.len() {
+            let page = entries[i].0;
+            let mut live = false;
+            while i < entries.len() && entries[i].0 == page {
+                live |= entries[i].1;
+                i += 1;
+            }
+            let a = lru.access(page, live);
+            if self.counting {
+                self.rep.gc_page_accesses += 1;
+                self.rep.gc_page_misses += a.miss as u64;
+                self.rep.gc_page_write_backs += a.write_back as u64;
+            }
+        }
     }
 
     fn pick_victim(&self) -> u32 {
@@ -649,8 +727,37 @@ mod tests {
         c.stream_zones = false;
         let mixed = Store::run(c);
         assert!(r.wa() < 1.05 && mixed.wa() > 1.3, "{mixed:?} {r:?}");
-        assert!(mixed.single_run_pages < r.single_run_pages - 0.3, "{mixed:?} {r:?}");
-        assert!(mixed.extents_per_block > 10.0 * r.extents_per_block, "{mixed:?} {r:?}");
+        assert!(
+            mixed.single_run_pages < r.single_run_pages - 0.3,
+            "{mixed:?} {r:?}"
+        );
+        assert!(
+            mixed.extents_per_block > 10.0 * r.extents_per_block,
+            "{mixed:?} {r:?}"
+        );
+    }
+
+    #[test]
+    fn paged_index_misses_follow_the_cache_share() {
+        let mut c = small(Victim::CostBenefit, Skew::Uniform, 0.07);
+        c.page_cache_share = 1.0;
+        let all = Store::run(c.clone());
+        assert_eq!(all.page_reads_per_write(), 0.0, "{all:?}");
+        assert_eq!(all.page_writes_per_write(), 0.0, "{all:?}");
+        // With 0.5 % of the pages cached nearly every user write and every GC lookup
+        // misses: about one page read per block written (user or GC), never more than
+        // one per summary entry.
+        c.page_cache_share = 0.005;
+        let r = Store::run(c);
+        let per_write = r.page_reads_per_write();
+        assert!(
+            per_write > 0.7 * r.wa() && per_write < 1.0 + r.wa(),
+            "{r:?}"
+        );
+        assert!(
+            r.gc_page_accesses as f64 <= r.resets as f64 * 256.0,
+            "{r:?}"
+        );
     }
 
     #[test]
