@@ -3,25 +3,35 @@
 //! within a few percent. Deterministic seed: these are counts, not timings.
 //!
 //! U = 1 Mi blocks as in the reference (with fewer zones its 3 reserved zones eat more of the
-//! over-provisioning: U = 256 Ki gives 8.39 instead of 7.88); 2U warm-up and 2U measured
-//! instead of the reference's 4U + 4U to halve the run (seconds each). The 4U + 4U figures of
-//! `logsim gc` are in docs/log-layout.md.
+//! over-provisioning: U = 256 Ki gives 8.39 instead of 7.88); 2U measured instead of the
+//! reference's 4U, after 2U of warm-up (4U for greedy under skew at 28 %, see `warm_for`), to
+//! keep each run to seconds. The 4U + 4U figures of `logsim gc` are in docs/log-layout.md.
 
 use logsim::store::{Config, Store, Victim};
 use logsim::workload::Skew;
 
-fn wa(op: f64, victim: Victim, skew: &str) -> f64 {
+fn wa(op: f64, victim: Victim, skew: &str, warm: f64) -> f64 {
     let mut c = Config::reference(1 << 20, 1024, op, victim, skew.parse::<Skew>().unwrap());
-    c.warm = 2.0;
+    c.warm = warm;
     c.measure = 2.0;
     Store::run(c).wa()
+}
+
+/// Warm-up in multiples of U: 2 converges everywhere but for greedy under skew at 28 % OP,
+/// whose barely dirty cold zones take the reference's 4U to settle (3.11 after 2U).
+fn warm_for(op: f64, victim: Victim, skew: &str) -> f64 {
+    if victim == Victim::Greedy && skew != "uniform" && op > 0.2 {
+        4.0
+    } else {
+        2.0
+    }
 }
 
 /// Runs every case and fails with the whole list if any is off by more than its tolerance.
 fn check(cases: &[(f64, Victim, &str, f64, f64)]) {
     let mut bad = Vec::new();
     for &(op, victim, skew, want, tol) in cases {
-        let got = wa(op, victim, skew);
+        let got = wa(op, victim, skew, warm_for(op, victim, skew));
         let err = (got - want).abs() / want;
         let line = format!(
             "OP {op} {victim} {skew}: WA {got:.3}, reference {want}, {:.1} % off",
