@@ -53,6 +53,8 @@ if [ "${ZONEDD_VM_KERNEL:-6.12}" != 7.3 ]; then
     k73_pid=$!
     trap '[ -z "$k73_pid" ] || kill "$k73_pid" 2>/dev/null || true' EXIT
 fi
+echo "== xfstests build (scripts/xfstests-build.sh, for tests/vm/xfstests.sh; quick once built)"
+scripts/xfstests-build.sh >/dev/null
 echo "== VM scenarios (tests/vm/*.sh, real kernel in qemu: ${ZONEDD_VM_KERNEL:-6.12})"
 scripts/vm-test.sh --no-build
 echo "== power-cut loop (tests/vm/powercut-loop.sh driven from the host: two boots per round)"
