@@ -12,9 +12,14 @@
 #   systemd: systemd-analyze, which checks the unit (tests/cli_daemon.rs); nothing is started
 #   dpkg-dev: dpkg-shlibdeps, the package's library dependencies (scripts/package.sh)
 #   btrfs-progs: btrfs zoned on an exposed image, the kernel's zone append user (tests/vm/expose.sh)
+#   autoconf automake libtool libtool-bin xfslibs-dev uuid-dev libaio-dev libacl1-dev libattr1-dev
+#   liburing-dev: building xfstests (scripts/xfstests-build.sh: fsx, fsstress and their AIO and
+#   io_uring paths); gawk attr acl uuid-runtime: tools its tests run (tests/vm/xfstests.sh)
 set -euo pipefail
 pkgs=(libclang-dev qemu-system-x86 busybox-static xfsprogs fio dmsetup sg3-utils kmod dbench jq
-    gnuplot-nox python3 systemd dpkg-dev btrfs-progs)
+    gnuplot-nox python3 systemd dpkg-dev btrfs-progs
+    autoconf automake libtool libtool-bin xfslibs-dev uuid-dev libaio-dev libacl1-dev
+    libattr1-dev liburing-dev gawk attr acl uuid-runtime)
 check=0
 case ${1:-} in
 --check) check=1 ;;

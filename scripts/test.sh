@@ -37,15 +37,26 @@ export ZONEDD
 # dmzoned-interop": the whole suite must stay well inside CI's limit.
 k73_scenarios=${ZONEDD_TEST_KERNEL_73:-kernel-smoke ublk-recover dmzoned-interop}
 [ "${ZONEDD_VM_KERNEL:-6.12}" != 7.3 ] || k73_scenarios=""
+# xfstests (tests/vm/xfstests.sh) is out of the default pass until its time under CI is known:
+# one quick test took 4-16 minutes of a loaded TCG guest (docs/vm-testing.md);
+# ZONEDD_TEST_XFSTESTS=1 puts it in lane A.
 lane_a_scenarios=()
 for f in tests/vm/*.sh; do
     n=$(basename "$f" .sh)
-    [ "$n" = package ] || lane_a_scenarios+=("$n") # lane B: it needs the package built there
+    case $n in
+    package) ;; # lane B: it needs the package built there
+    xfstests) [ -z "${ZONEDD_TEST_XFSTESTS:-}" ] || lane_a_scenarios+=("$n") ;;
+    *) lane_a_scenarios+=("$n") ;;
+    esac
 done
 lane_a() {
     local t0 rc=0
     t0=$(date +%s)
     aphase() { echo "== [lane A $(($(date +%s) - t0)) s] $*"; }
+    if [ -n "${ZONEDD_TEST_XFSTESTS:-}" ]; then
+        aphase "xfstests build (scripts/xfstests-build.sh; quick once built)"
+        scripts/xfstests-build.sh >/dev/null || return 1
+    fi
     aphase "VM scenarios (real kernel in qemu: ${ZONEDD_VM_KERNEL:-6.12}): ${lane_a_scenarios[*]}"
     scripts/vm-test.sh --no-build "${lane_a_scenarios[@]}" || rc=1
     aphase "power-cut loop (tests/vm/powercut-loop.sh driven from the host: two boots per round)"

@@ -6,7 +6,9 @@
 #                                                memory-backed host-managed null_blk, 4 KiB blocks;
 #                                                prints /dev/nullbN (NAME: configfs name, e.g. nullb0);
 #                                                null_blk ignores (0 = none) a MAX_OPEN or MAX_ACTIVE
-#                                                that is not below the number of sequential zones
+#                                                that is not below the number of sequential zones;
+#                                                ZONE_MB 0: a conventional (not zoned) disk with
+#                                                discard, e.g. a baseline to compare zonedd with
 #   remove_nullb NAME|/dev/NAME                  power it off and remove it
 #   make_scsi_debug_smr SIZE_MB ZONE_MB NR_CONV [MAX_OPEN]
 #                                                scsi_debug zbc=host-managed, 4 KiB sectors, like a
@@ -82,7 +84,19 @@ make_nullb() {
         return 1
     }
     mkdir "$d" || return 1
-    {
+    if [ "$zone" = 0 ]; then
+        {
+            echo 4096 >"$d/blocksize" &&
+                echo "$size" >"$d/size" &&
+                echo 1 >"$d/memory_backed" &&
+                echo 1 >"$d/discard" &&
+                echo 1 >"$d/power"
+        } || {
+            echo "make_nullb: configuring $name failed" >&2
+            rmdir "$d" 2>/dev/null
+            return 1
+        }
+    elif ! {
         echo 4096 >"$d/blocksize" &&
             echo "$size" >"$d/size" &&
             echo 1 >"$d/memory_backed" &&
@@ -93,11 +107,11 @@ make_nullb() {
             echo "$max_open" >"$d/zone_max_open" &&
             echo "$max_active" >"$d/zone_max_active" &&
             echo 1 >"$d/power"
-    } || {
+    }; then
         echo "make_nullb: configuring $name failed" >&2
         rmdir "$d" 2>/dev/null
         return 1
-    }
+    fi
     # This kernel names the disk after the configfs item; older ones used nullb<index>.
     dev=/dev/$name
     [ -e "/sys/block/$name" ] || dev=/dev/nullb$(cat "$d/index")

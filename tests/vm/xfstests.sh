@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# xfstests (fstests) on zonedd: the curated list tests/vm/xfstests/tests, with xfs on TEST_DEV and
+# SCRATCH_DEV, run twice in this boot: on a baseline of two conventional memory null_blk disks,
+# then on two zonedd devices over zoned (host-managed) memory null_blk disks. A test that passes
+# on the baseline must pass on zonedd (tests/vm/xfstests/known-failures lists the exceptions not
+# fixed yet, with their diagnosis); tests/vm/xfstests/exclude lists what is left out and why.
+# LOGWRITES_DEV (the dm-log-writes recorder, not a device under test) is a third memory disk.
+# Needs the xfstests build of scripts/xfstests-build.sh (target/xfstests/fstests.tar, on the host).
+#
+# The harness stands in for what the guest lacks: /dev/fd (process substitution), udev's
+# /dev/mapper/NAME -> ../dm-N links (a dmsetup wrapper makes them), the users and group xfstests
+# wants (fsgqa, fsgqa2, 123456-fsgqa: copies of /etc/passwd and /etc/group bound over the host's
+# in a private mount namespace, which also gets a tmpfs /tmp for xfstests' /tmp/$$ files, so
+# nothing of the host's tree changes). ./check runs from a copy of the build on guest tmpfs.
+# Knobs: ZONEDD_VM_XFSTESTS="generic/075 ..." runs those tests instead of the list;
+# ZONEDD_VM_XFSTESTS_ONLY=zonedd|baseline runs one side only (no comparison).
+# vm-timeout: 3600
+# vm-memory: 4G
+set -euo pipefail
+source "$(dirname "$0")/lib/devices.sh"
+Z=$(zonedd_bin)
+here=$(cd "$(dirname "$0")" && pwd -P)
+conf=$here/xfstests
+build=$ZONEDD_ROOT/target/xfstests/fstests.tar
+[ -f "$build" ] || vm_fail "no xfstests build ($build): run scripts/xfstests-build.sh on the host"
+t_start=$SECONDS
+
+# dm targets of the list (generic/322: dm-flakey); xfstests loads others it needs itself.
+for m in ublk_drv xfs dm_mod dm_flakey dm_log_writes; do
+    modprobe "$m" || vm_fail "modprobe $m"
+done
+[ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd
+
+work=$VM_SCRATCH/xfstests
+vm_step "copy the xfstests build to guest tmpfs"
+mkdir -p "$work/fstests" "$work/bin" "$work/etc"
+tar -C "$work/fstests" -xf "$build"
+
+# udev stand-in for device-mapper: dmsetup (with DM_DISABLE_UDEV=1) makes /dev/mapper/NAME a
+# node of its own; xfstests resolves it to dm-N (readlink -f) to find its sysfs directory.
+real_dmsetup=$(command -v dmsetup)
+cat >"$work/bin/dmsetup" <<EOF
+#!/bin/bash
+$real_dmsetup "\$@"
+rc=\$?
+for n in /dev/mapper/*; do
+    [ -b "\$n" ] && [ ! -L "\$n" ] || continue
+    sys=\$(readlink -f "/sys/dev/block/\$((16#\$(stat -c %t "\$n"))):\$((16#\$(stat -c %T "\$n")))")
+    [ -b "/dev/\${sys##*/}" ] && ln -sfn "../\${sys##*/}" "\$n"
+done
+exit \$rc
+EOF
+chmod +x "$work/bin/dmsetup"
+
+# Users and group for tests that need them, in copies bound over the host's files below.
+cp /etc/passwd "$work/etc/passwd"
+cp /etc/group "$work/etc/group"
+grep -q '^fsgqa:' "$work/etc/group" || echo 'fsgqa:x:65530:' >>"$work/etc/group"
+grep -q '^123456-fsgqa:' "$work/etc/group" || echo '123456-fsgqa:x:65531:' >>"$work/etc/group"
+{
+    echo 'fsgqa:x:65530:65530:fstests:/nonexistent:/bin/bash'
+    echo 'fsgqa2:x:65532:65530:fstests:/nonexistent:/bin/bash'
+    echo '123456-fsgqa:x:65531:65531:fstests:/nonexistent:/bin/bash'
+} >>"$work/etc/passwd"
+
+# The list: ZONEDD_VM_XFSTESTS, or tests/vm/xfstests/tests without comments.
+if [ -n "${ZONEDD_VM_XFSTESTS:-}" ]; then
+    read -r -a tests <<<"$ZONEDD_VM_XFSTESTS"
+else
+    mapfile -t tests < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$conf/tests")
+fi
+[ ${#tests[@]} -gt 0 ] || vm_fail "no tests to run"
+
+mkdir -p "$work/mnt/test" "$work/mnt/scratch" "$work/results"
+
+# run_check SIDE TEST_DEV SCRATCH_DEV: ./check on the list, results in $work/results/SIDE
+# (result.xml: xunit). The exit status of ./check is not the verdict: the comparison is.
+run_check() {
+    local side=$1 tdev=$2 sdev=$3 t0=$SECONDS
+    vm_step "$side: mkfs.xfs $tdev, ./check ${#tests[@]} tests (scratch $sdev)"
+    mkfs.xfs -q -f "$tdev"
+    cat >"$work/$side.config" <<EOF
+export FSTYP=xfs
+export TEST_DEV=$tdev
+export TEST_DIR=$work/mnt/test
+export SCRATCH_DEV=$sdev
+export SCRATCH_MNT=$work/mnt/scratch
+export LOGWRITES_DEV=$logdev
+export RESULT_BASE=$work/results/$side
+export PATH=$work/bin:\$PATH
+export FSX_AVOID="-N 1000"
+EOF
+    # A private mount namespace: tmpfs /tmp, the users' files; undone when it ends.
+    unshare -m --propagation private bash -c '
+        set -e
+        cfg=$0 w=$1
+        shift 2
+        mount -t tmpfs tmpfs /tmp
+        mount --bind "$w/etc/passwd" /etc/passwd
+        mount --bind "$w/etc/group" /etc/group
+        cd "$w/fstests"
+        HOST_OPTIONS=$cfg PATH=$w/bin:$PATH ./check -R xunit -E "$EXCLUDE" "$@"
+    ' "$work/$side.config" "$work" -- "${tests[@]}" 2>&1 | sed -u "s/^/[$side] /" || true
+    umount "$tdev" 2>/dev/null || true
+    umount "$sdev" 2>/dev/null || true
+    echo "$side: ./check took $((SECONDS - t0)) s"
+}
+export EXCLUDE=$conf/exclude
+
+# The recorder of dm-log-writes, for both sides.
+logdev=$(make_nullb xfsl 1024 0 0)
+
+only=${ZONEDD_VM_XFSTESTS_ONLY:-}
+# zonedd's devices first: the baseline gets their size.
+zdevs=() zids=() znull=()
+for i in 0 1; do
+    nb=$(make_nullb "xfsz$i" 1024 16 8)
+    znull+=("$nb")
+    "$Z" format --backend "$nb" --force >"$work/format.log" 2>&1 || {
+        cat "$work/format.log"
+        vm_fail "zonedd format $nb failed"
+    }
+    out=$("$Z" create --backend "$nb" --queues 2 --depth 64 --label "xfstests-$i")
+    zdevs+=("$(sed -n 1p <<<"$out")")
+    zids+=("$(sed -n 's/^id //p' <<<"$out")")
+done
+size_mb=$(($(blockdev --getsize64 "${zdevs[0]}") >> 20))
+echo "zonedd devices: ${zdevs[*]} (${size_mb} MiB each, over ${znull[*]})"
+
+if [ "$only" != zonedd ]; then
+    b0=$(make_nullb xfsb0 "$size_mb" 0 0)
+    b1=$(make_nullb xfsb1 "$size_mb" 0 0)
+    run_check baseline "$b0" "$b1"
+    remove_nullb "$b0"
+    remove_nullb "$b1"
+fi
+if [ "$only" != baseline ]; then
+    run_check zonedd "${zdevs[0]}" "${zdevs[1]}"
+fi
+for i in 0 1; do
+    "$Z" delete "${zids[$i]}"
+    remove_nullb "${znull[$i]}"
+done
+remove_nullb "$logdev"
+
+# The verdict: every test's result on each side, a table, and the failures that matter.
+vm_step "results"
+rc=0
+python3 - "$work/results" "$conf/known-failures" "$only" "${tests[@]}" <<'EOF' || rc=$?
+import os, sys, xml.etree.ElementTree as ET
+res, known_file, only, tests = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+known = set()
+for line in open(known_file):
+    line = line.split("#")[0].strip()
+    if line:
+        known.add(line.split()[0])
+
+def load(side):
+    out = {}
+    path = os.path.join(res, side, "result.xml")
+    if not os.path.exists(path):
+        return None
+    for tc in ET.parse(path).getroot().iter("testcase"):
+        name, t = tc.get("name"), tc.get("time", "?")
+        if tc.find("skipped") is not None:
+            why = tc.find("skipped").get("message", "")
+            out[name] = ("notrun", t, why)
+        elif tc.find("failure") is not None or tc.find("error") is not None:
+            out[name] = ("fail", t, "")
+        else:
+            out[name] = ("pass", t, "")
+    return out
+
+sides = [s for s in ("baseline", "zonedd") if only in ("", s)]
+got = {s: load(s) for s in sides}
+bad = []
+for s in sides:
+    if got[s] is None:
+        print(f"FAIL: {s}: no result.xml (./check did not finish)")
+        bad.append(s)
+        got[s] = {}
+print(f"{'test':<14}" + "".join(f"{s + ' (s)':<22}" for s in sides))
+for t in tests:
+    row = f"{t:<14}"
+    for s in sides:
+        st, sec, why = got[s].get(t, ("missing", "-", ""))
+        row += f"{st + ' ' + str(sec):<22}"
+    notes = [got[s][t][2][:70] for s in sides if t in got[s] and got[s][t][2]]
+    if notes:
+        row += "  " + notes[0]
+    b = got.get("baseline", {}).get(t, ("",))[0] if "baseline" in got else "pass"
+    z = got.get("zonedd", {}).get(t, ("missing",))[0] if "zonedd" in got else "pass"
+    if b == "pass" and z != "pass":
+        if t in known:
+            row += "  KNOWN FAILURE (known-failures)"
+        else:
+            row += "  <-- passes on the baseline, not on zonedd"
+            bad.append(t)
+    elif t in known and z == "pass":
+        row += "  known failure now passes: drop it from known-failures"
+    print(row)
+for s in sides:
+    c = [v[0] for v in got[s].values()]
+    print(f"{s}: {c.count('pass')} passed, {c.count('fail')} failed, {c.count('notrun')} not run")
+if bad:
+    print("FAIL: " + " ".join(bad))
+    sys.exit(1)
+EOF
+# The failures' output differences, for the console log.
+for f in "$work"/results/*/*/*.out.bad; do
+    [ -e "$f" ] || continue
+    echo "---- ${f#"$work"/results/} (head)"
+    head -n 30 "$f"
+done
+echo "xfstests: $((SECONDS - t_start)) s in all"
+exit $rc
