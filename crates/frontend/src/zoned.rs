@@ -157,8 +157,9 @@ pub(crate) fn set_zoned_params(dev: &mut UblkDev, shared: &ZonedShared, depth: u
         max_zone_append_sectors: (geo.zone_size.min(IO_BUF_BYTES as u64) / SECTOR) as u32,
         reserved: [0; 20],
     };
-    dev.tgt.sq_depth = depth;
-    dev.tgt.cq_depth = depth;
+    // Per tag, at most its ublk command and one timing-model timeout are in flight.
+    dev.tgt.sq_depth = depth.saturating_mul(2);
+    dev.tgt.cq_depth = depth.saturating_mul(4);
 }
 
 /// Body of one queue thread of an exposed device. Returns when the queue is down.

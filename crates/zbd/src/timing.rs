@@ -617,6 +617,45 @@ impl HddModel {
     }
 }
 
+/// Drives `m` like a benchmark with `qd` requests in flight: `n` requests from `gen`, the
+/// first at `start`, a new one as soon as one completes. Returns the virtual time the last
+/// one completes (what the model predicts for the workload; its tests and
+/// `examples/hdd_model.rs` use it).
+pub fn closed_loop(
+    m: &mut HddModel,
+    start: Nanos,
+    qd: usize,
+    n: usize,
+    mut gen: impl FnMut() -> (ReqKind, u64, u64),
+) -> Nanos {
+    let (mut now, mut issued, mut done) = (start, 0, 0);
+    let mut inflight = Vec::new();
+    loop {
+        while inflight.len() < qd.max(1) && issued < n {
+            let (k, off, len) = gen();
+            inflight.push(m.submit(now, k, off, len));
+            issued += 1;
+        }
+        let mut wake = Nanos::MAX;
+        inflight.retain(|&t| match m.poll(t, now) {
+            Poll::Done => {
+                done += 1;
+                false
+            }
+            Poll::At(a) => {
+                wake = wake.min(a);
+                true
+            }
+        });
+        if done == n {
+            return now;
+        }
+        if inflight.len() == qd.max(1) || issued == n {
+            now = wake;
+        }
+    }
+}
+
 /// What `zonedd status` shows of a model.
 #[derive(Debug, Clone, Serialize)]
 pub struct HddReport {

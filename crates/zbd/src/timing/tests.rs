@@ -27,44 +27,6 @@ impl Rng {
     }
 }
 
-/// `n` requests from `gen` from time `start`, `qd` in flight (a new one as soon as one
-/// completes); the virtual time at which the last completes.
-fn closed_loop(
-    m: &mut HddModel,
-    start: Nanos,
-    qd: usize,
-    n: usize,
-    mut gen: impl FnMut() -> (ReqKind, u64, u64),
-) -> Nanos {
-    let (mut now, mut issued, mut done) = (start, 0, 0);
-    let mut inflight = Vec::new();
-    loop {
-        while inflight.len() < qd && issued < n {
-            let (k, off, len) = gen();
-            inflight.push(m.submit(now, k, off, len));
-            issued += 1;
-        }
-        let mut wake = Nanos::MAX;
-        inflight.retain(|&t| match m.poll(t, now) {
-            Poll::Done => {
-                done += 1;
-                false
-            }
-            Poll::At(a) => {
-                wake = wake.min(a);
-                true
-            }
-        });
-        if done == n {
-            return now;
-        }
-        if inflight.len() == qd || issued == n {
-            assert!(wake > now && wake != Nanos::MAX, "no progress at {now}");
-            now = wake;
-        }
-    }
-}
-
 /// Completion time of one request submitted at `at` on its own.
 fn one(m: &mut HddModel, at: Nanos, kind: ReqKind, off: u64, len: u64) -> Nanos {
     let t = m.submit(at, kind, off, len);
