@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Guest side of scripts/bench-hdd-model.sh: fio on `zonedd expose IMAGE --timing hdd`, fio
 # JSON and the device's status into OUT. Three exposures of one image:
-#   -none    --timing none, sequential jobs: what the VM itself allows
+#   -none    --timing none, every job: what the VM itself allows
 #   (plain)  --timing hdd with PARAMS: sequential jobs, 4 KiB random reads QD1 and QD32
 #   -scaled  --timing hdd with PARAMS and SCALED (rates the VM can keep up with): sequential
 #   hdd-model-guest.sh --out DIR --image-mb N --zone-mb N --conv N --params "K=V ..."
@@ -58,16 +58,21 @@ seq_jobs() { # seq_jobs SUFFIX
     job "seqread$1" --rw=read --bs=1M --iodepth=1
 }
 
+rand_jobs() { # rand_jobs SUFFIX
+    job "randread-qd1$1" --rw=randread --bs=4k --iodepth=1 --runtime="$rand_secs" --time_based
+    job "randread-qd32$1" --rw=randread --bs=4k --iodepth=32 --runtime="$rand_secs" --time_based
+}
+
 expose --timing none
 seq_jobs -none
+rand_jobs -none
 "$Z" delete "$id"
 
 hdd_args() { for kv in "$@"; do printf -- '--timing-param %s ' "$kv"; done; }
 # shellcheck disable=SC2086,SC2046 # PARAMS are K=V words
 expose --timing hdd $(hdd_args $params)
 seq_jobs ""
-job randread-qd1 --rw=randread --bs=4k --iodepth=1 --runtime="$rand_secs" --time_based
-job randread-qd32 --rw=randread --bs=4k --iodepth=32 --runtime="$rand_secs" --time_based
+rand_jobs ""
 "$Z" status "$id" --json >"$out/status.json"
 "$Z" delete "$id"
 # shellcheck disable=SC2086,SC2046

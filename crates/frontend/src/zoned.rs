@@ -9,8 +9,9 @@
 //!
 //! Requests run on the queue thread: the backend's calls are synchronous (an image in the
 //! page cache), and the kernel's zone write plugging already issues one write at a time per
-//! zone. With a timing model ([`ZonedShared::with_timing`]) a request whose data is in the
-//! image is submitted to the model and its tag then waits, on an io_uring timeout at the
+//! zone. With a timing model ([`ZonedShared::with_timing`]) a request is submitted to the
+//! model when it arrives (a zone append once it has written at the write pointer: then its
+//! place is known), handled, and its tag then waits, on an io_uring timeout at the
 //! completion time the model gives, before it completes to the kernel: the queue thread
 //! sleeps in its ring wait meanwhile and serves the queue's other tags, so every request in
 //! flight on every queue (up to the queue depth) reaches the model's command queue. No lock
@@ -32,7 +33,7 @@ use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use zbd::timing::{HddClock, ReqKind};
+use zbd::timing::{HddClock, ReqKind, Ticket};
 use zbd::{AlignedBuf, ZoneCondition, ZoneOp, ZoneType, ZonedDevice};
 
 const SECTOR: u64 = 512;
@@ -212,13 +213,22 @@ async fn tag_loop(
             cdev,
             pos: UblkIOCtx::ublk_user_copy_pos(q.get_qid(), tag, 0),
         };
-        let (res, lba) = match handle(shared, &io, &iod, &mut buf) {
-            Ok(done) => {
-                if let (Some(clock), Some(t)) = (&shared.timing, done.timed) {
-                    wait_for_model(q, clock, t).await;
-                }
-                (done.res, done.lba)
+        // The drive gets a request when it arrives (its service overlaps the copy of its
+        // data); a zone append once its place, the write pointer, is known.
+        let clock = shared.timing.as_deref();
+        let early = clock.and_then(|c| timed_on_arrival(&iod, shared.capacity()).map(|t| c.submit(t.kind, t.offset, t.len)));
+        let result = handle(shared, &io, &iod, &mut buf);
+        if let Some(c) = clock {
+            let late = match &result {
+                Ok(Done { timed: Some(t), .. }) => Some(c.submit(t.kind, t.offset, t.len)),
+                _ => None,
+            };
+            for ticket in early.into_iter().chain(late) {
+                wait_for_model(q, c, ticket).await;
             }
+        }
+        let (res, lba) = match result {
+            Ok(done) => (done.res, done.lba),
             Err(errno) => {
                 shared.stats.errors.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(
@@ -238,8 +248,7 @@ async fn tag_loop(
 /// Waits until the model completes request `t`: an absolute io_uring timeout on the
 /// queue's ring at each time the model names (its completion, or the moment its actuator
 /// next chooses a request), so the thread serves other tags meanwhile and never spins.
-async fn wait_for_model(q: &UblkQueue<'_>, clock: &HddClock, t: Timed) {
-    let ticket = clock.submit(t.kind, t.offset, t.len);
+async fn wait_for_model(q: &UblkQueue<'_>, clock: &HddClock, ticket: Ticket) {
     while let Some(at) = clock.poll(ticket) {
         let ts = io_uring::types::Timespec::new()
             .sec(at / 1_000_000_000)
@@ -258,6 +267,27 @@ async fn wait_for_model(q: &UblkQueue<'_>, clock: &HddClock, t: Timed) {
     }
 }
 
+/// A read, write or flush as the timing model sees it when it arrives (`None` for other
+/// operations, and for a request no device would take: the image refuses it).
+fn timed_on_arrival(iod: &sys::ublksrv_io_desc, capacity: u64) -> Option<Timed> {
+    let (op, offset) = (iod.op_flags & 0xff, iod.start_sector * SECTOR);
+    let len = iod.nr_sectors as u64 * SECTOR;
+    let kind = match op {
+        sys::UBLK_IO_OP_FLUSH => {
+            return Some(Timed {
+                kind: ReqKind::Flush,
+                offset: 0,
+                len: 0,
+            })
+        }
+        sys::UBLK_IO_OP_READ => ReqKind::Read,
+        sys::UBLK_IO_OP_WRITE if iod.op_flags & sys::UBLK_IO_F_FUA != 0 => ReqKind::WriteFua,
+        sys::UBLK_IO_OP_WRITE => ReqKind::Write,
+        _ => return None,
+    };
+    (len > 0 && offset.checked_add(len)? <= capacity).then_some(Timed { kind, offset, len })
+}
+
 /// A request as the timing model sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Timed {
@@ -266,7 +296,8 @@ struct Timed {
     len: u64,
 }
 
-/// A handled request: its result, the sector an append wrote at, what the model charges.
+/// A handled request: its result, the sector an append wrote at, and for an append what
+/// the model charges.
 struct Done {
     res: i32,
     lba: u64,
@@ -281,7 +312,8 @@ impl Done {
             timed: None,
         }
     }
-    fn write(len: u64, lba: u64, offset: u64, fua: bool) -> Done {
+    /// A zone append of `len` bytes at byte `offset`, to be timed now that its place is known.
+    fn append(len: u64, offset: u64, fua: bool) -> Done {
         let kind = if fua {
             ReqKind::WriteFua
         } else {
@@ -289,7 +321,7 @@ impl Done {
         };
         Done {
             res: len as i32,
-            lba,
+            lba: offset / SECTOR,
             timed: Some(Timed { kind, offset, len }),
         }
     }
@@ -362,15 +394,7 @@ fn handle(
                     io.deliver(data)?;
                     st.reads.fetch_add(1, Ordering::Relaxed);
                     st.read_bytes.fetch_add(len, Ordering::Relaxed);
-                    Ok(Done {
-                        res: len as i32,
-                        lba: 0,
-                        timed: Some(Timed {
-                            kind: ReqKind::Read,
-                            offset,
-                            len,
-                        }),
-                    })
+                    Ok(Done::untimed(len as i32))
                 }
                 sys::UBLK_IO_OP_WRITE => {
                     io.fetch(data)?;
@@ -380,7 +404,7 @@ fn handle(
                     }
                     st.writes.fetch_add(1, Ordering::Relaxed);
                     st.write_bytes.fetch_add(len, Ordering::Relaxed);
-                    Ok(Done::write(len, 0, offset, fua))
+                    Ok(Done::untimed(len as i32))
                 }
                 _ => {
                     io.fetch(data)?;
@@ -390,22 +414,14 @@ fn handle(
                     }
                     st.appends.fetch_add(1, Ordering::Relaxed);
                     st.write_bytes.fetch_add(len, Ordering::Relaxed);
-                    Ok(Done::write(len, at / SECTOR, at, fua))
+                    Ok(Done::append(len, at, fua))
                 }
             }
         }
         sys::UBLK_IO_OP_FLUSH => {
             dev.flush().map_err(|e| e.errno())?;
             st.flushes.fetch_add(1, Ordering::Relaxed);
-            Ok(Done {
-                res: 0,
-                lba: 0,
-                timed: Some(Timed {
-                    kind: ReqKind::Flush,
-                    offset: 0,
-                    len: 0,
-                }),
-            })
+            Ok(Done::untimed(0))
         }
         sys::UBLK_IO_OP_REPORT_ZONES => {
             // For this op the descriptor's nr_sectors holds the number of zones asked for.

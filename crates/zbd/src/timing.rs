@@ -235,6 +235,12 @@ pub struct HddStats {
     pub transfer_ns: u64,
     /// Virtual time the actuator was busy.
     pub busy_ns: u64,
+    /// Requests found complete by [`HddModel::poll`], and by how much time after their
+    /// completion time they were found in total and at most: on a device, how late the
+    /// waits wake (what the host adds to the model's timing).
+    pub polled_done: u64,
+    pub lag_ns_total: u64,
+    pub lag_ns_max: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -364,6 +370,10 @@ impl HddModel {
         match self.done.get(&t.0) {
             Some(&c) if c <= now => {
                 self.done.remove(&t.0);
+                let st = &mut self.stats;
+                st.polled_done += 1;
+                st.lag_ns_total += now - c;
+                st.lag_ns_max = st.lag_ns_max.max(now - c);
                 Poll::Done
             }
             Some(&c) => Poll::At(c),
