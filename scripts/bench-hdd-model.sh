@@ -52,7 +52,7 @@ cat >"$scenario" <<EOS
 export ZONEDD=$(vm_shq "$out/zonedd")
 exec bash $(vm_shq "$ROOT/scripts/bench/hdd-model-guest.sh") --out $(vm_shq "$out") --image-mb $IMAGE_MB --zone-mb $ZONE_MB --conv $CONV --params $(vm_shq "$params") --scaled $(vm_shq "$scaled") --seq-off-mb $SEQ_OFF --seq-mb $SEQ_MB --rand-secs $RAND_SECS
 EOS
-vm_run bench-hdd-model "$scenario" 900 "${VM_MEMORY:-4G}"
+vm_run bench-hdd-model "$scenario" 1500 "${VM_MEMORY:-4G}"
 cp "$VM_RUNS/bench-hdd-model/console.log" "$out/console.log" 2>/dev/null || true
 [ "$VM_RC" = 0 ] || vm_die "the guest run failed (exit $VM_RC; see $out/console.log)"
 python3 - "$out" <<'EOF2' | tee "$out/results.txt"

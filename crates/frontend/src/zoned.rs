@@ -216,7 +216,9 @@ async fn tag_loop(
         // The drive gets a request when it arrives (its service overlaps the copy of its
         // data); a zone append once its place, the write pointer, is known.
         let clock = shared.timing.as_deref();
-        let early = clock.and_then(|c| timed_on_arrival(&iod, shared.capacity()).map(|t| c.submit(t.kind, t.offset, t.len)));
+        let early = clock.and_then(|c| {
+            timed_on_arrival(&iod, shared.capacity()).map(|t| c.submit(t.kind, t.offset, t.len))
+        });
         let result = handle(shared, &io, &iod, &mut buf);
         if let Some(c) = clock {
             let late = match &result {

@@ -11,7 +11,10 @@ use zbd::timing::{closed_loop, HddModel, HddParams, ReqKind};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let split = args.iter().position(|a| a == "--").expect("-- before the workloads");
+    let split = args
+        .iter()
+        .position(|a| a == "--")
+        .expect("-- before the workloads");
     let image: u64 = args[0].parse().expect("IMAGE_BYTES");
     let mut p = HddParams::default();
     for kv in &args[1..split] {
@@ -24,7 +27,11 @@ fn main() {
         let (off, len, bs, qd) = (n(1), n(2), n(3), n(4) as usize);
         match f[0] {
             "seqwrite" | "seqread" => {
-                let kind = if f[0] == "seqwrite" { ReqKind::Write } else { ReqKind::Read };
+                let kind = if f[0] == "seqwrite" {
+                    ReqKind::Write
+                } else {
+                    ReqKind::Read
+                };
                 let mut at = off;
                 let end = closed_loop(&mut m, 0, qd, (len / bs) as usize, || {
                     at += bs;
