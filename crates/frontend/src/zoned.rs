@@ -606,6 +606,38 @@ mod tests {
     }
 
     #[test]
+    fn requests_reach_the_timing_model_as_the_drive_sees_them() {
+        let iod = |op: u32, sector: u64, nr: u32| sys::ublksrv_io_desc {
+            op_flags: op,
+            nr_sectors: nr,
+            start_sector: sector,
+            ..Default::default()
+        };
+        let cap = 16 << 20;
+        let t = |d| timed_on_arrival(&d, cap).map(|t| (t.kind, t.offset, t.len));
+        assert_eq!(
+            t(iod(sys::UBLK_IO_OP_READ, 8, 16)),
+            Some((ReqKind::Read, 4096, 8192))
+        );
+        assert_eq!(
+            t(iod(sys::UBLK_IO_OP_WRITE, 0, 8)),
+            Some((ReqKind::Write, 0, 4096))
+        );
+        let fua = sys::UBLK_IO_OP_WRITE | sys::UBLK_IO_F_FUA;
+        assert_eq!(t(iod(fua, 0, 8)), Some((ReqKind::WriteFua, 0, 4096)));
+        assert_eq!(
+            t(iod(sys::UBLK_IO_OP_FLUSH, 0, 0)),
+            Some((ReqKind::Flush, 0, 0))
+        );
+        // Appends are timed once written; zone management and reports cost nothing; a
+        // request past the end is refused by the image, not timed.
+        assert_eq!(t(iod(sys::UBLK_IO_OP_ZONE_APPEND, 0, 8)), None);
+        assert_eq!(t(iod(sys::UBLK_IO_OP_ZONE_RESET, 0, 0)), None);
+        assert_eq!(t(iod(sys::UBLK_IO_OP_READ, cap / 512, 8)), None);
+        assert_eq!(t(iod(sys::UBLK_IO_OP_READ, 0, 0)), None);
+    }
+
+    #[test]
     fn a_report_past_the_last_zone_is_cut_short() {
         let dir = tempfile::tempdir().unwrap();
         let dev = image(dir.path());
