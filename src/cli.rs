@@ -217,6 +217,23 @@ pub mod expose {
         /// Ask for this ublk device id (default: the kernel picks).
         #[arg(long)]
         pub id: Option<u32>,
+        /// Completion timing: `none` (as fast as the image allows) or `hdd` (each request
+        /// completes when a 7200 rpm host-managed SMR drive would complete it: seek, rotation,
+        /// transfer rate by position, a reordering command queue, a volatile write cache;
+        /// docs/hdd-model.md).
+        #[arg(long, value_enum, default_value_t = Timing::None)]
+        pub timing: Timing,
+        /// Override one parameter of the `hdd` model, KEY=VALUE (repeatable): rpm,
+        /// outer_mbps, inner_mbps, track_to_track_ms, avg_seek_ms, full_stroke_ms, cylinders,
+        /// disk_size, queue_depth, cache_mib, iface_mbps, flush_ms, destage_kib, overhead_us.
+        #[arg(long = "timing-param", value_name = "KEY=VALUE")]
+        pub timing_param: Vec<String>,
+    }
+
+    #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Timing {
+        None,
+        Hdd,
     }
 }
 

@@ -557,6 +557,66 @@ fn bad_create_options_before_environment() {
 }
 
 #[test]
+fn bad_timing_params_before_environment() {
+    let _serial = serial();
+    let expose = |extra: &[&str]| {
+        let mut a = vec!["expose", "/nonexistent"];
+        a.extend_from_slice(extra);
+        zonedd(&a)
+    };
+    let hdd = |kv: &str| expose(&["--timing", "hdd", "--timing-param", kv]);
+    refused(
+        &hdd("bogus=1"),
+        2,
+        &["--timing-param: unknown key \"bogus\" (keys: rpm,"],
+    );
+    refused(
+        &hdd("rpm=fast"),
+        2,
+        &["--timing-param rpm=fast: \"fast\" is not a number"],
+    );
+    refused(
+        &hdd("rpm"),
+        2,
+        &["--timing-param takes KEY=VALUE, not \"rpm\""],
+    );
+    refused(
+        &hdd("disk_size=huge"),
+        2,
+        &["disk_size=huge: \"huge\" is not a size"],
+    );
+    refused(
+        &hdd("avg_seek_ms=30"),
+        2,
+        &["0 < track_to_track_ms < avg_seek_ms < full_stroke_ms, not 0.23 / 30 / 16"],
+    );
+    refused(
+        &hdd("inner_mbps=400"),
+        2,
+        &["inner_mbps 400 is above outer_mbps 261"],
+    );
+    refused(&hdd("queue_depth=0"), 2, &["queue_depth 1 to 256"]);
+    refused(
+        &hdd("rpm=0"),
+        2,
+        &["rpm, outer_mbps, inner_mbps and iface_mbps must be > 0"],
+    );
+    refused(
+        &expose(&["--timing-param", "rpm=5400"]),
+        2,
+        &["--timing-param rpm=5400 needs --timing hdd"],
+    );
+    // clap: an unknown model.
+    let o = expose(&["--timing", "ssd"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("invalid value 'ssd'"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
 fn bad_watch_interval_before_environment() {
     let _serial = serial();
     for secs in ["0", "0.01", "5000", "nan"] {

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Arc;
 
-pub use crate::cli::expose::Args;
+pub use crate::cli::expose::{Args, Timing};
 
 /// What `status` shows as the device's layout.
 const LAYOUT: &str = "zoned (exposed image)";
@@ -30,6 +30,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
             "--queues must be >= 1 and --depth between 1 and 4096".into(),
         ));
     }
+    let params = timing_params(&args)?;
     super::need_ublk()?;
     super::need_root("zonedd expose")?;
     frontend::registry::ensure_run_dir().map_err(|e| CliError::Usage(e.to_string()))?;
@@ -41,7 +42,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
             "{backend} is already served by ublk device {id}"
         )));
     }
-    check_image(&path)?;
+    let capacity = check_image(&path)?;
+    let model = params
+        .map(|p| zbd::timing::HddModel::new(p, capacity))
+        .transpose()
+        .map_err(CliError::Usage)?;
     let spec = DeviceSpec {
         backend,
         label: args.label,
@@ -53,13 +58,32 @@ pub fn run(args: Args) -> Result<(), CliError> {
         exposed: true,
     };
     let mode = Mode::Add { id: args.id };
-    daemon::launch(args.foreground, move |ready| body(spec, mode, ready)).map_err(CliError::Failed)
+    daemon::launch(args.foreground, move |ready| body(spec, mode, model, ready))
+        .map_err(CliError::Failed)
+}
+
+/// The `hdd` model's parameters (`None` for `--timing none`), checked before anything else.
+fn timing_params(args: &Args) -> Result<Option<zbd::timing::HddParams>, CliError> {
+    if args.timing == Timing::None {
+        if let Some(kv) = args.timing_param.first() {
+            return Err(CliError::Usage(format!(
+                "--timing-param {kv} needs --timing hdd (there is nothing to set with --timing none)"
+            )));
+        }
+        return Ok(None);
+    }
+    let mut p = zbd::timing::HddParams::default();
+    for kv in &args.timing_param {
+        p.set(kv).map_err(CliError::Usage)?;
+    }
+    p.validate().map_err(CliError::Usage)?;
+    Ok(Some(p))
 }
 
 /// Only an emulated image can be exposed: a zoned disk already is a zoned block device, and
 /// anything else has no zones. Opened (and locked) here for the clearest refusal; the daemon
-/// opens it again.
-fn check_image(path: &Path) -> Result<(), CliError> {
+/// opens it again. Gives the image's capacity.
+fn check_image(path: &Path) -> Result<u64, CliError> {
     let meta =
         std::fs::metadata(path).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
     if std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type())
@@ -71,7 +95,7 @@ fn check_image(path: &Path) -> Result<(), CliError> {
         )));
     }
     zbd::Emulated::open(path)
-        .map(drop)
+        .map(|img| zbd::ZonedDevice::geometry(&img).capacity())
         .map_err(|e| super::open_error(path, e))
 }
 
@@ -82,7 +106,12 @@ fn exposed_by(backend: &str) -> Option<u32> {
         .find(|&id| frontend::registry::read(id).is_some_and(|r| r.spec.backend == backend))
 }
 
-fn body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<(), String> {
+fn body(
+    spec: DeviceSpec,
+    mode: Mode,
+    model: Option<zbd::timing::HddModel>,
+    ready: Arc<Readiness>,
+) -> Result<(), String> {
     if let Err(e) = sys::private_mount_namespace() {
         tracing::warn!("no private mount namespace: {e}");
     }
@@ -91,7 +120,12 @@ fn body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<(), Strin
     let image = zbd::Emulated::open(Path::new(&spec.backend)).map_err(|e| e.to_string())?;
     let dev: Arc<dyn zbd::ZonedDevice> = Arc::new(image);
     let stats = Arc::new(ZonedStats::default());
-    let shared = Arc::new(ZonedShared::new(dev.clone(), stats.clone()).map_err(|e| e.to_string())?);
+    let mut shared = ZonedShared::new(dev.clone(), stats.clone()).map_err(|e| e.to_string())?;
+    let clock = model.map(|m| Arc::new(zbd::timing::HddClock::new(m)));
+    if let Some(c) = &clock {
+        shared = shared.with_timing(c.clone());
+    }
+    let shared = Arc::new(shared);
     let opts = frontend::DeviceOptions {
         mode,
         queues: spec.queues,
@@ -106,6 +140,10 @@ fn body(spec: DeviceSpec, mode: Mode, ready: Arc<Readiness>) -> Result<(), Strin
         let backend = spec2.backend.clone();
         let status = Arc::new(move || {
             let mut v = status_json(id, &bdev, &backend, &*dev2, &stats, started);
+            v["timing"] = match &clock {
+                Some(c) => serde_json::to_value(c.report()).unwrap_or(Value::Null),
+                None => json!({ "model": "none" }),
+            };
             v["ublk"] = ublk.clone();
             v
         });

@@ -16,7 +16,9 @@
 #  - btrfs zoned on it (its data writes are zone appends, answered at the write pointer): a
 #    file reads back after a remount;
 #  - refused with exit 2: an image already exposed, a file that is not an image, a zoned disk,
-#    a missing path.
+#    a missing path, a timing model's disk smaller than the image;
+#  - --timing hdd: data written (cached, and with O_SYNC) reads back, and `status --json`
+#    shows the model active with its parameters and counters (no timing threshold).
 # vm-timeout: 900
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
@@ -195,5 +197,29 @@ expect_error 2 "No such file or directory" "$Z" expose /nonexistent
 nullb=$(make_nullb nullb0 256 16 4)
 expect_error 2 "is a zoned block device already" "$Z" expose "$nullb"
 remove_nullb "$nullb"
+"$Z" delete "$id"
+expect_error 2 "disk_size=1M is smaller than the image (640M)" "$Z" expose "$img" --timing hdd --timing-param disk_size=1M
+
+vm_step "--timing hdd: the same data, completions on the drive model's clock"
+expose_args=(--timing hdd --timing-param queue_depth=16)
+"$Z" expose "$img" "${expose_args[@]}" >"$VM_SCRATCH/expose.out"
+bdev=$(sed -n 1p "$VM_SCRATCH/expose.out")
+id=$(sed -n 's/^id //p' "$VM_SCRATCH/expose.out")
+blkzone reset -o $((10 * zs)) -c 1 "$bdev"
+head -c $((4 << 20)) /dev/urandom >"$VM_SCRATCH/t"
+dd if="$VM_SCRATCH/t" of="$bdev" bs=1M seek=$((10 * 32)) oflag=direct status=none
+dd if="$VM_SCRATCH/t" of="$bdev" bs=1M seek=42 count=1 oflag=direct,sync status=none # conventional, FUA/flush
+dd if="$bdev" bs=1M skip=$((10 * 32)) count=4 iflag=direct status=none | cmp - "$VM_SCRATCH/t" || vm_fail "data differs with --timing hdd"
+dd if="$bdev" bs=1M skip=42 count=1 iflag=direct status=none | cmp -n $((1 << 20)) - "$VM_SCRATCH/t" ||
+    vm_fail "conventional data differs with --timing hdd"
+"$Z" status "$id" --json >"$VM_SCRATCH/status-hdd.json"
+python3 - "$VM_SCRATCH/status-hdd.json" <<'EOF2' || vm_fail "status --json with --timing hdd: $(jq -c .timing "$VM_SCRATCH/status-hdd.json")"
+import json, sys
+t = json.load(open(sys.argv[1]))["timing"]
+assert t["model"] == "hdd" and t["params"]["queue_depth"] == 16 and t["params"]["rpm"] == 7200, t
+s = t["stats"]
+assert s["requests"] >= 10 and s["media_ops"] >= 1 and s["busy_ns"] > 0 and s["flushes"] >= 1, s
+print("ok: timing", {k: s[k] for k in ("requests", "media_ops", "seeks", "cached_writes", "flushes")})
+EOF2
 "$Z" delete "$id"
 echo "expose: ok"

@@ -7,9 +7,16 @@
 //! reads it from (writes) or writes it to (reads, zone reports) `/dev/ublkcN` at the
 //! request's position ([`UblkIOCtx::ublk_user_copy_pos`]). Each tag has one bounce buffer.
 //!
-//! Requests run on the queue thread, one at a time per queue: the backend's calls are
-//! synchronous (an image in the page cache), and the kernel's zone write plugging already
-//! issues one write at a time per zone. Zone append (the kernel sends it when a filesystem
+//! Requests run on the queue thread: the backend's calls are synchronous (an image in the
+//! page cache), and the kernel's zone write plugging already issues one write at a time per
+//! zone. With a timing model ([`ZonedShared::with_timing`]) a request is submitted to the
+//! model when it arrives (a zone append once it has written at the write pointer: then its
+//! place is known), handled, and its tag then waits, on an io_uring timeout at the
+//! completion time the model gives, before it completes to the kernel: the queue thread
+//! sleeps in its ring wait meanwhile and serves the queue's other tags, so every request in
+//! flight on every queue (up to the queue depth) reaches the model's command queue. No lock
+//! is held while a tag waits (an append takes its zone's lock only to write at the write
+//! pointer). Zone append (the kernel sends it when a filesystem
 //! asks for it) is a write at the zone's write pointer under the zone's append lock, and its
 //! completion carries the sector written ([`BufDesc::ZonedAppendLba`]).
 //!
@@ -26,6 +33,7 @@ use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use zbd::timing::{HddClock, ReqKind, Ticket};
 use zbd::{AlignedBuf, ZoneCondition, ZoneOp, ZoneType, ZonedDevice};
 
 const SECTOR: u64 = 512;
@@ -82,6 +90,8 @@ pub struct ZonedShared {
     append_locks: Vec<Mutex<()>>,
     /// Zones with a write pointer (what the open and active limits are about).
     nr_sequential: u32,
+    /// The drive timing model requests wait for, if any.
+    timing: Option<Arc<HddClock>>,
 }
 
 impl ZonedShared {
@@ -100,7 +110,18 @@ impl ZonedShared {
             stats,
             append_locks: (0..n).map(|_| Mutex::new(())).collect(),
             nr_sequential,
+            timing: None,
         })
+    }
+
+    /// Requests complete when `clock`'s model says a drive would complete them.
+    pub fn with_timing(mut self, clock: Arc<HddClock>) -> ZonedShared {
+        self.timing = Some(clock);
+        self
+    }
+
+    pub fn timing(&self) -> Option<&Arc<HddClock>> {
+        self.timing.as_ref()
     }
 
     /// The open and active limits as the kernel takes them: 0 (none) for a limit that the
@@ -137,8 +158,9 @@ pub(crate) fn set_zoned_params(dev: &mut UblkDev, shared: &ZonedShared, depth: u
         max_zone_append_sectors: (geo.zone_size.min(IO_BUF_BYTES as u64) / SECTOR) as u32,
         reserved: [0; 20],
     };
-    dev.tgt.sq_depth = depth;
-    dev.tgt.cq_depth = depth;
+    // Per tag, at most its ublk command and one timing-model timeout are in flight.
+    dev.tgt.sq_depth = depth.saturating_mul(2);
+    dev.tgt.cq_depth = depth.saturating_mul(4);
 }
 
 /// Body of one queue thread of an exposed device. Returns when the queue is down.
@@ -191,8 +213,24 @@ async fn tag_loop(
             cdev,
             pos: UblkIOCtx::ublk_user_copy_pos(q.get_qid(), tag, 0),
         };
-        let (res, lba) = match handle(shared, &io, &iod, &mut buf) {
-            Ok(done) => done,
+        // The drive gets a request when it arrives (its service overlaps the copy of its
+        // data); a zone append once its place, the write pointer, is known.
+        let clock = shared.timing.as_deref();
+        let early = clock.and_then(|c| {
+            timed_on_arrival(&iod, shared.capacity()).map(|t| c.submit(t.kind, t.offset, t.len))
+        });
+        let result = handle(shared, &io, &iod, &mut buf);
+        if let Some(c) = clock {
+            let late = match &result {
+                Ok(Done { timed: Some(t), .. }) => Some(c.submit(t.kind, t.offset, t.len)),
+                _ => None,
+            };
+            for ticket in early.into_iter().chain(late) {
+                wait_for_model(q, c, ticket).await;
+            }
+        }
+        let (res, lba) = match result {
+            Ok(done) => (done.res, done.lba),
             Err(errno) => {
                 shared.stats.errors.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(
@@ -206,6 +244,88 @@ async fn tag_loop(
         };
         q.submit_io_commit_cmd(tag, BufDesc::ZonedAppendLba(lba), res)
             .await?;
+    }
+}
+
+/// Waits until the model completes request `t`: an absolute io_uring timeout on the
+/// queue's ring at each time the model names (its completion, or the moment its actuator
+/// next chooses a request), so the thread serves other tags meanwhile and never spins.
+async fn wait_for_model(q: &UblkQueue<'_>, clock: &HddClock, ticket: Ticket) {
+    while let Some(at) = clock.poll(ticket) {
+        let ts = io_uring::types::Timespec::new()
+            .sec(at / 1_000_000_000)
+            .nsec((at % 1_000_000_000) as u32);
+        // The kernel copies `ts` when it takes the SQE (at the event loop's next submit);
+        // `ts` lives in this future until the timeout's completion, so it is valid then.
+        let sqe = io_uring::opcode::Timeout::new(&ts)
+            .flags(io_uring::types::TimeoutFlags::ABS)
+            .build();
+        let res = q.ublk_submit_sqe(sqe).await;
+        if res != -libc::ETIME && res < 0 {
+            // Cancelled (the queue is going down) or refused: complete without the model.
+            tracing::debug!("timing wait: io_uring timeout gave {res}");
+            return;
+        }
+    }
+}
+
+/// A read, write or flush as the timing model sees it when it arrives (`None` for other
+/// operations, and for a request no device would take: the image refuses it).
+fn timed_on_arrival(iod: &sys::ublksrv_io_desc, capacity: u64) -> Option<Timed> {
+    let (op, offset) = (iod.op_flags & 0xff, iod.start_sector * SECTOR);
+    let len = iod.nr_sectors as u64 * SECTOR;
+    let kind = match op {
+        sys::UBLK_IO_OP_FLUSH => {
+            return Some(Timed {
+                kind: ReqKind::Flush,
+                offset: 0,
+                len: 0,
+            })
+        }
+        sys::UBLK_IO_OP_READ => ReqKind::Read,
+        sys::UBLK_IO_OP_WRITE if iod.op_flags & sys::UBLK_IO_F_FUA != 0 => ReqKind::WriteFua,
+        sys::UBLK_IO_OP_WRITE => ReqKind::Write,
+        _ => return None,
+    };
+    (len > 0 && offset.checked_add(len)? <= capacity).then_some(Timed { kind, offset, len })
+}
+
+/// A request as the timing model sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Timed {
+    kind: ReqKind,
+    offset: u64,
+    len: u64,
+}
+
+/// A handled request: its result, the sector an append wrote at, and for an append what
+/// the model charges.
+struct Done {
+    res: i32,
+    lba: u64,
+    timed: Option<Timed>,
+}
+
+impl Done {
+    fn untimed(res: i32) -> Done {
+        Done {
+            res,
+            lba: 0,
+            timed: None,
+        }
+    }
+    /// A zone append of `len` bytes at byte `offset`, to be timed now that its place is known.
+    fn append(len: u64, offset: u64, fua: bool) -> Done {
+        let kind = if fua {
+            ReqKind::WriteFua
+        } else {
+            ReqKind::Write
+        };
+        Done {
+            res: len as i32,
+            lba: offset / SECTOR,
+            timed: Some(Timed { kind, offset, len }),
+        }
     }
 }
 
@@ -244,13 +364,13 @@ fn fd(raw: RawFd) -> std::os::fd::BorrowedFd<'static> {
     unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) }
 }
 
-/// One request: `(result, appended sector)` or an errno.
+/// One request, its data in the image: what to complete it with, or an errno.
 fn handle(
     shared: &ZonedShared,
     io: &Io,
     iod: &sys::ublksrv_io_desc,
     buf: &mut [u8],
-) -> Result<(i32, u64), i32> {
+) -> Result<Done, i32> {
     let op = iod.op_flags & 0xff;
     let fua = iod.op_flags & sys::UBLK_IO_F_FUA != 0;
     let geo = shared.dev.geometry();
@@ -276,7 +396,7 @@ fn handle(
                     io.deliver(data)?;
                     st.reads.fetch_add(1, Ordering::Relaxed);
                     st.read_bytes.fetch_add(len, Ordering::Relaxed);
-                    Ok((len as i32, 0))
+                    Ok(Done::untimed(len as i32))
                 }
                 sys::UBLK_IO_OP_WRITE => {
                     io.fetch(data)?;
@@ -286,7 +406,7 @@ fn handle(
                     }
                     st.writes.fetch_add(1, Ordering::Relaxed);
                     st.write_bytes.fetch_add(len, Ordering::Relaxed);
-                    Ok((len as i32, 0))
+                    Ok(Done::untimed(len as i32))
                 }
                 _ => {
                     io.fetch(data)?;
@@ -296,26 +416,29 @@ fn handle(
                     }
                     st.appends.fetch_add(1, Ordering::Relaxed);
                     st.write_bytes.fetch_add(len, Ordering::Relaxed);
-                    Ok((len as i32, at / SECTOR))
+                    Ok(Done::append(len, at, fua))
                 }
             }
         }
         sys::UBLK_IO_OP_FLUSH => {
             dev.flush().map_err(|e| e.errno())?;
             st.flushes.fetch_add(1, Ordering::Relaxed);
-            Ok((0, 0))
+            Ok(Done::untimed(0))
         }
         sys::UBLK_IO_OP_REPORT_ZONES => {
             // For this op the descriptor's nr_sectors holds the number of zones asked for.
             let n = report_zones(dev, zone_of(offset)?, iod.nr_sectors, buf)?;
             io.deliver(&buf[..n])?;
             st.reports.fetch_add(1, Ordering::Relaxed);
-            Ok((n as i32, 0))
+            Ok(Done::untimed(n as i32))
         }
         sys::UBLK_IO_OP_ZONE_RESET_ALL => {
             dev.reset_all().map_err(|e| e.errno())?;
+            if let Some(clock) = &shared.timing {
+                clock.discard(0, geo.capacity());
+            }
             st.zone_ops.fetch_add(1, Ordering::Relaxed);
-            Ok((0, 0))
+            Ok(Done::untimed(0))
         }
         sys::UBLK_IO_OP_ZONE_RESET
         | sys::UBLK_IO_OP_ZONE_OPEN
@@ -331,8 +454,12 @@ fn handle(
             // A reset or finish moves the write pointer under a waiting append: take its lock.
             let _g = shared.append_locks[zone as usize].lock();
             dev.zone_mgmt(zop, zone).map_err(|e| e.errno())?;
+            if let (Some(clock), ZoneOp::Reset) = (&shared.timing, zop) {
+                // The zone's data still in the drive's cache need not reach the media.
+                clock.discard(geo.zone_start(zone), geo.zone_size);
+            }
             st.zone_ops.fetch_add(1, Ordering::Relaxed);
-            Ok((0, 0))
+            Ok(Done::untimed(0))
         }
         _ => Err(libc::EOPNOTSUPP),
     }
@@ -476,6 +603,38 @@ mod tests {
         assert_eq!(limits(4, 0), (4, 0));
         assert_eq!(limits(0, 6), (6, 6));
         assert_eq!(limits(3, 6), (3, 6));
+    }
+
+    #[test]
+    fn requests_reach_the_timing_model_as_the_drive_sees_them() {
+        let iod = |op: u32, sector: u64, nr: u32| sys::ublksrv_io_desc {
+            op_flags: op,
+            nr_sectors: nr,
+            start_sector: sector,
+            ..Default::default()
+        };
+        let cap = 16 << 20;
+        let t = |d| timed_on_arrival(&d, cap).map(|t| (t.kind, t.offset, t.len));
+        assert_eq!(
+            t(iod(sys::UBLK_IO_OP_READ, 8, 16)),
+            Some((ReqKind::Read, 4096, 8192))
+        );
+        assert_eq!(
+            t(iod(sys::UBLK_IO_OP_WRITE, 0, 8)),
+            Some((ReqKind::Write, 0, 4096))
+        );
+        let fua = sys::UBLK_IO_OP_WRITE | sys::UBLK_IO_F_FUA;
+        assert_eq!(t(iod(fua, 0, 8)), Some((ReqKind::WriteFua, 0, 4096)));
+        assert_eq!(
+            t(iod(sys::UBLK_IO_OP_FLUSH, 0, 0)),
+            Some((ReqKind::Flush, 0, 0))
+        );
+        // Appends are timed once written; zone management and reports cost nothing; a
+        // request past the end is refused by the image, not timed.
+        assert_eq!(t(iod(sys::UBLK_IO_OP_ZONE_APPEND, 0, 8)), None);
+        assert_eq!(t(iod(sys::UBLK_IO_OP_ZONE_RESET, 0, 0)), None);
+        assert_eq!(t(iod(sys::UBLK_IO_OP_READ, cap / 512, 8)), None);
+        assert_eq!(t(iod(sys::UBLK_IO_OP_READ, 0, 0)), None);
     }
 
     #[test]

@@ -38,6 +38,7 @@ mod faulty;
 mod mem;
 mod options;
 mod state;
+pub mod timing;
 
 pub use aligned::AlignedBuf;
 pub use blockdev::{BlkZone, BlkZoneRange, BlkZoneReport, BlockDev};
