@@ -458,6 +458,13 @@ impl Probe {
                 {
                     return Err(FormatError::Version1);
                 }
+                // A device set that is not the volume's (a drive missing or extra) says so
+                // once, whichever superblock is read.
+                if let [Some(a), Some(b)] = [&self.sets[0].error, &self.sets[1].error] {
+                    if a == b && a.contains("a zoned drive is missing") {
+                        return Err(FormatError::Device(a.clone()));
+                    }
+                }
                 let why: Vec<String> = self
                     .sets
                     .iter()
