@@ -25,6 +25,13 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let dev = vol.open(true)?;
     let dev: std::sync::Arc<dyn zbd::ZonedDevice> = std::sync::Arc::from(dev);
     if args.repair {
+        // A device list that is not the volume's (a drive missing, foreign, out of order)
+        // is refused before anything is written, the log replay included.
+        let members =
+            dmz::sets::probe(dev.as_ref()).and_then(|p| p.choose(&vol.name()).map(|_| ()));
+        if let Err(e @ FormatError::Device(_)) = members {
+            return Err(CliError::Usage(format!("{p}: {e}")));
+        }
         replay_log(&dev);
     }
     let report = check(dev.as_ref(), args.repair).map_err(|e| match e {
