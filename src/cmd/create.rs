@@ -437,6 +437,7 @@ fn geometry_json(dev: &dyn zbd::ZonedDevice) -> Value {
             .count()
     });
     json!({
+        "members": dev.members(),
         "zones": g.nr_zones,
         "conventional_zones": conventional,
         "zone_bytes": g.zone_size,
