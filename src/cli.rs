@@ -113,9 +113,13 @@ pub mod engine_io {
 
     #[derive(clap::Args)]
     pub struct Args {
-        /// Formatted zoned block device or emulated image.
+        /// Formatted zoned block device or emulated image (repeated: the zoned drives of a
+        /// multi-device volume, in order, with --cache).
         #[arg(long, value_name = "PATH")]
-        pub backend: Option<PathBuf>,
+        pub backend: Vec<PathBuf>,
+        /// The regular cache device of a multi-device volume.
+        #[arg(long, value_name = "PATH", requires = "backend")]
+        pub cache: Option<PathBuf>,
         /// A plain block device or file instead of an engine (O_DIRECT reads and writes, flush =
         /// fdatasync): the same steps on e.g. a /dev/mapper device, in one process.
         #[arg(long, value_name = "PATH", conflicts_with = "backend")]
