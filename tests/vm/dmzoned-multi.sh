@@ -13,7 +13,7 @@
 #      everything back identical.
 # dmzadm (dm-zoned-tools) is not in the guest, so a volume *formatted* by dmzadm is not
 # covered: here zonedd formats and the kernel writes.
-# vm-timeout: 300
+# vm-timeout: 600 (309 s guest time measured on a loaded host, boot excluded)
 # vm-memory: 2G
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
@@ -57,12 +57,15 @@ zone_sectors=$(cat "/sys/block/${zb#/dev/}/queue/chunk_sectors")
 
 step "refusals on real devices"
 expect_error 2 "is a zoned device: --cache takes a regular" "$Z" format --cache "$zb" --backend "$cb"
+truncate -s 128M "$VM_SCRATCH/cache.img"
 expect_error 2 "is a regular device or file: --backend takes a zoned" \
-    "$Z" format --cache "$cb" --backend "$cb" --backend "$zb"
+    "$Z" format --cache "$VM_SCRATCH/cache.img" --backend "$cb"
+rm -f "$VM_SCRATCH/cache.img"
 expect_error 2 "give its regular cache device with --cache" "$Z" format --backend "$zb" --backend "$cb"
 
 step "zonedd format --cache $cb --backend $zb"
 "$Z" format --cache "$cb" --backend "$zb" --label multi --reserved-seq 4
+step "zonedd check"
 # 32 zones (8 cache + 24), one zone per metadata set, 4 reserved: 26 chunks.
 nr_chunks=$("$Z" check --cache "$cb" "$zb" --json | jq -er .summary.nr_chunks)
 [ "$nr_chunks" = 26 ] || vm_fail "expected 32 - 2 metadata - 4 reserved = 26 chunks, check says $nr_chunks"
