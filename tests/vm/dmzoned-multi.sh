@@ -13,7 +13,8 @@
 #      everything back identical.
 # dmzadm (dm-zoned-tools) is not in the guest, so a volume *formatted* by dmzadm is not
 # covered: here zonedd formats and the kernel writes.
-# vm-timeout: 600 (309 s guest time measured on a loaded host, boot excluded)
+# Guest time measured: 309 s on a loaded host (boot excluded).
+# vm-timeout: 600
 # vm-memory: 2G
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
