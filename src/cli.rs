@@ -37,8 +37,13 @@ pub mod emulate {
 pub mod report {
     #[derive(clap::Args)]
     pub struct Args {
-        /// Zoned block device or emulated image.
-        pub path: std::path::PathBuf,
+        /// Zoned block device or emulated image (several: the zoned drives of a multi-device
+        /// volume, with --cache).
+        #[arg(required = true, num_args = 1..)]
+        pub path: Vec<std::path::PathBuf>,
+        /// The regular cache device of a multi-device volume: its zones come first.
+        #[arg(long, value_name = "PATH")]
+        pub cache: Option<std::path::PathBuf>,
         /// Print JSON instead of a table.
         #[arg(long)]
         pub json: bool,
@@ -61,9 +66,15 @@ pub mod format {
 
     #[derive(clap::Args)]
     pub struct Args {
-        /// Zoned block device or emulated image to format (its data is lost).
+        /// Zoned block device or emulated image to format (its data is lost); repeat it for
+        /// the zoned drives of a multi-device volume (with --cache), in order.
+        #[arg(long, value_name = "PATH", required = true)]
+        pub backend: Vec<PathBuf>,
+        /// A regular block device or file in front of the zoned drive(s) (dm-zoned's
+        /// multi-device volume): cut into cache zones, it holds the metadata and takes the
+        /// random writes (its data is lost).
         #[arg(long, value_name = "PATH")]
-        pub backend: PathBuf,
+        pub cache: Option<PathBuf>,
         /// Volume label, at most 31 bytes (default: "zonedd-" and a hash of the device).
         #[arg(long)]
         pub label: Option<String>,
@@ -81,8 +92,13 @@ pub mod check {
 
     #[derive(clap::Args)]
     pub struct Args {
-        /// Zoned block device or emulated image.
-        pub path: PathBuf,
+        /// Zoned block device or emulated image (several: the zoned drives of a multi-device
+        /// volume, in order, with --cache).
+        #[arg(required = true, num_args = 1..)]
+        pub path: Vec<PathBuf>,
+        /// The regular cache device of a multi-device volume.
+        #[arg(long, value_name = "PATH")]
+        pub cache: Option<PathBuf>,
         /// Fix what can be fixed and write both metadata sets with a new generation.
         #[arg(long)]
         pub repair: bool,
@@ -97,9 +113,13 @@ pub mod engine_io {
 
     #[derive(clap::Args)]
     pub struct Args {
-        /// Formatted zoned block device or emulated image.
+        /// Formatted zoned block device or emulated image (repeated: the zoned drives of a
+        /// multi-device volume, in order, with --cache).
         #[arg(long, value_name = "PATH")]
-        pub backend: Option<PathBuf>,
+        pub backend: Vec<PathBuf>,
+        /// The regular cache device of a multi-device volume.
+        #[arg(long, value_name = "PATH", requires = "backend")]
+        pub cache: Option<PathBuf>,
         /// A plain block device or file instead of an engine (O_DIRECT reads and writes, flush =
         /// fdatasync): the same steps on e.g. a /dev/mapper device, in one process.
         #[arg(long, value_name = "PATH", conflicts_with = "backend")]
@@ -151,9 +171,13 @@ pub mod engine_io {
 pub mod create {
     #[derive(clap::Args)]
     pub struct Args {
-        /// The formatted zoned backend: a host-managed block device or an emulated image.
-        #[arg(long)]
-        pub backend: String,
+        /// The formatted zoned backend: a host-managed block device or an emulated image;
+        /// repeat it for the zoned drives of a multi-device volume (with --cache), in order.
+        #[arg(long, required = true)]
+        pub backend: Vec<String>,
+        /// The regular cache device of a multi-device volume.
+        #[arg(long, value_name = "PATH")]
+        pub cache: Option<String>,
         /// A name shown by `zonedd list`.
         #[arg(long)]
         pub label: Option<String>,

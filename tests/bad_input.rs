@@ -694,3 +694,204 @@ fn metrics_address_checked_before_environment() {
         refused(&o, 2, &["ublk_drv is not loaded"]);
     }
 }
+
+// --- multi-device volumes (a regular cache device in front of zoned drives) ---------------
+
+/// Two 32-zone drives without conventional zones and an 8 MiB cache file, formatted as one
+/// multi-device volume; also a third drive of another volume and a drive of 2 MiB zones.
+struct Multi {
+    _dir: tempfile::TempDir,
+    cache: PathBuf,
+    z1: PathBuf,
+    z2: PathBuf,
+    foreign: PathBuf,
+    big_zones: PathBuf,
+    plain: PathBuf,
+}
+
+fn multi() -> Multi {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let file = |name: &str| {
+        let f = d.join(name);
+        std::fs::File::create(&f).unwrap().set_len(8 * MIB).unwrap();
+        f
+    };
+    let (cache, other_cache, plain) = (file("c.img"), file("c2.img"), file("plain.img"));
+    let (z1, z2, foreign) = (
+        image(d, "z1.img", 32, 0),
+        image(d, "z2.img", 32, 0),
+        image(d, "z3.img", 32, 0),
+    );
+    let mut o = EmulateOptions::new(64 * MIB, 2 * MIB);
+    o.conventional = 0;
+    let big_zones = d.join("big.img");
+    drop(Emulated::create(&big_zones, &o).unwrap());
+    for (c, a, b) in [(&cache, &z1, &z2), (&other_cache, &z1, &foreign)] {
+        let o = zonedd(&[
+            "format",
+            "--cache",
+            p(c),
+            "--backend",
+            p(a),
+            "--backend",
+            p(b),
+            "--force",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    }
+    // z1 now belongs to the second volume: format the first one again over it.
+    let o = zonedd(&[
+        "format",
+        "--cache",
+        p(&cache),
+        "--backend",
+        p(&z1),
+        "--backend",
+        p(&z2),
+        "--force",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    Multi {
+        _dir: dir,
+        cache,
+        z1,
+        z2,
+        foreign,
+        big_zones,
+        plain,
+    }
+}
+
+#[test]
+fn multi_several_backends_without_cache() {
+    let _serial = serial();
+    let m = multi();
+    let o = zonedd(&["format", "--backend", p(&m.z1), "--backend", p(&m.z2)]);
+    refused(&o, 2, &["multi-device volume", "--cache"]);
+    let o = zonedd(&["create", "--backend", p(&m.z1), "--backend", p(&m.z2)]);
+    refused(&o, 2, &["multi-device volume", "--cache"]);
+}
+
+#[test]
+fn multi_zoned_device_as_cache() {
+    let _serial = serial();
+    let m = multi();
+    let o = zonedd(&["format", "--cache", p(&m.z2), "--backend", p(&m.z1)]);
+    refused(
+        &o,
+        2,
+        &[p(&m.z2), "is a zoned device", "--cache takes a regular"],
+    );
+}
+
+#[test]
+fn multi_regular_device_as_backend() {
+    let _serial = serial();
+    let m = multi();
+    let o = zonedd(&["format", "--cache", p(&m.cache), "--backend", p(&m.plain)]);
+    refused(
+        &o,
+        2,
+        &[
+            p(&m.plain),
+            "is a regular device or file",
+            "--backend takes a zoned",
+        ],
+    );
+}
+
+#[test]
+fn multi_same_device_twice() {
+    let _serial = serial();
+    let m = multi();
+    let z1 = p(&m.z1);
+    let o = zonedd(&[
+        "format",
+        "--cache",
+        p(&m.cache),
+        "--backend",
+        z1,
+        "--backend",
+        z1,
+    ]);
+    refused(&o, 2, &[z1, "is given twice"]);
+    let o = zonedd(&["format", "--cache", p(&m.cache), "--backend", p(&m.cache)]);
+    refused(&o, 2, &[p(&m.cache), "is given twice"]);
+}
+
+#[test]
+fn multi_different_zone_sizes() {
+    let _serial = serial();
+    let m = multi();
+    let o = zonedd(&[
+        "format",
+        "--cache",
+        p(&m.cache),
+        "--backend",
+        p(&m.z1),
+        "--backend",
+        p(&m.big_zones),
+    ]);
+    refused(
+        &o,
+        2,
+        &[
+            p(&m.big_zones),
+            "zone size 2097152 bytes differs",
+            "same zone size",
+        ],
+    );
+}
+
+#[test]
+fn multi_drive_missing_at_open() {
+    let _serial = serial();
+    let m = multi();
+    // Given but not there.
+    let gone = m.z2.with_file_name("gone.img");
+    let o = zonedd(&["check", "--cache", p(&m.cache), p(&m.z1), p(&gone)]);
+    refused(&o, 2, &[p(&gone), "No such file or directory"]);
+    // Not given: the volume is refused whole, never opened half.
+    let o = zonedd(&["check", "--cache", p(&m.cache), p(&m.z1)]);
+    refused(
+        &o,
+        2,
+        &[
+            "the volume spans 72 zones",
+            "have 40",
+            "a zoned drive is missing",
+        ],
+    );
+    let o = zonedd(&["check", "--cache", p(&m.cache), p(&m.z1), "--repair"]);
+    refused(&o, 2, &["a zoned drive is missing"]);
+}
+
+#[test]
+fn multi_foreign_or_misplaced_drive() {
+    let _serial = serial();
+    let m = multi();
+    let o = zonedd(&["check", "--cache", p(&m.cache), p(&m.z1), p(&m.foreign)]);
+    refused(
+        &o,
+        2,
+        &[
+            p(&m.foreign),
+            "is not a member of this volume",
+            "of another volume",
+        ],
+    );
+    let o = zonedd(&["check", "--cache", p(&m.cache), p(&m.z2), p(&m.z1)]);
+    refused(&o, 2, &[p(&m.z2), "in the order they were formatted in"]);
+    // The right list is clean.
+    let o = zonedd(&["check", "--cache", p(&m.cache), p(&m.z1), p(&m.z2)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+#[test]
+fn multi_cache_with_a_test_target() {
+    let _serial = serial();
+    let m = multi();
+    let o = zonedd(&["create", "--cache", p(&m.cache), "--backend", "mem:64M"]);
+    refused(&o, 2, &["--cache goes with zoned backends"]);
+}

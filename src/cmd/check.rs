@@ -17,15 +17,27 @@ use super::CliError;
 pub use crate::cli::check::Args;
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    let p = args.path.display();
-    let dev = super::open_backend(&args.path)?;
+    let vol = super::VolumeArgs {
+        backends: &args.path,
+        cache: args.cache.as_deref(),
+    };
+    let p = vol.name();
+    let dev = vol.open(true)?;
     let dev: std::sync::Arc<dyn zbd::ZonedDevice> = std::sync::Arc::from(dev);
     if args.repair {
+        // A device list that is not the volume's (a drive missing, foreign, out of order)
+        // is refused before anything is written, the log replay included.
+        let members =
+            dmz::sets::probe(dev.as_ref()).and_then(|p| p.choose(&vol.name()).map(|_| ()));
+        if let Err(e @ FormatError::Device(_)) = members {
+            return Err(CliError::Usage(format!("{p}: {e}")));
+        }
         replay_log(&dev);
     }
     let report = check(dev.as_ref(), args.repair).map_err(|e| match e {
         FormatError::NotFormatted(_) => CliError::Usage(format!(
-            "{p}: no valid dm-zoned superblock: not formatted? run `zonedd format --backend {p}`"
+            "{p}: no valid dm-zoned superblock: not formatted? run `zonedd format {}`",
+            vol.flags()
         )),
         // Nothing checkable: the user must fix the device first (see CliError).
         FormatError::Device(_) | FormatError::Version1 | FormatError::Corrupt(_) => {
@@ -49,8 +61,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
         )))
     } else {
         Err(CliError::Failed(format!(
-            "{p}: {} error(s) detected: run `zonedd check {p} --repair`",
-            report.errors.len()
+            "{p}: {} error(s) detected: run `zonedd check {} --repair`",
+            report.errors.len(),
+            check_args(&vol)
         )))
     }
 }
@@ -72,13 +85,30 @@ fn replay_log(dev: &std::sync::Arc<dyn zbd::ZonedDevice>) {
     }
 }
 
+/// The devices as `zonedd check` takes them: `[--cache C] A [B ...]`.
+fn check_args(vol: &super::VolumeArgs) -> String {
+    let drives: Vec<String> = vol
+        .backends
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    match vol.cache {
+        Some(c) => format!("--cache {} {}", c.display(), drives.join(" ")),
+        None => drives.join(" "),
+    }
+}
+
 fn human(args: &Args, r: &CheckReport) -> String {
     let s = &r.summary;
     let mut out = format!(
         "{} ({}): label {:?}, uuid {}, gen {}, primary set {}\n\
          \x20 {} chunks: {} mapped ({} buffered); {} mapped + {} unmapped zones checked; \
          {} blocks compared between the sets\n",
-        args.path.display(),
+        super::VolumeArgs {
+            backends: &args.path,
+            cache: args.cache.as_deref()
+        }
+        .name(),
         r.device,
         r.label,
         r.uuid,

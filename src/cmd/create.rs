@@ -44,8 +44,22 @@ pub fn run(args: Args) -> Result<(), CliError> {
             "--queues must be >= 1 and --depth between 1 and 4096".into(),
         ));
     }
+    if args.backend.len() > 1 && args.cache.is_none() {
+        return Err(CliError::Usage(
+            "several --backend drives form a multi-device volume: give its regular cache \
+             device with --cache"
+                .into(),
+        ));
+    }
+    if args.cache.is_some() && args.backend.iter().any(|b| is_test_backend(b)) {
+        return Err(CliError::Usage(
+            "--cache goes with zoned backends, not the mem:/file: test targets".into(),
+        ));
+    }
     let mut spec = DeviceSpec {
-        backend: args.backend.clone(),
+        backend: args.backend[0].clone(),
+        cache: args.cache.clone(),
+        more_backends: args.backend[1..].to_vec(),
         label: args.label.clone(),
         pool: args.pool.clone(),
         max_active: args.max_active,
@@ -67,7 +81,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
     // Bound now, before daemonizing: a taken port is refused here, and the daemon (a fork)
     // inherits the socket.
     let metrics = metrics_addr.map(super::metrics::bind).transpose()?;
-    spec.backend = canonical_backend(&args.backend)?;
+    spec.backend = canonical_backend(&args.backend[0])?;
+    spec.more_backends = args.backend[1..]
+        .iter()
+        .map(|b| canonical_backend(b))
+        .collect::<Result<_, _>>()?;
+    spec.cache = args.cache.as_deref().map(canonical_backend).transpose()?;
     let mut mode = Mode::Add { id: args.id };
     if let Some((id, state, stored)) = existing_device_for(&spec.backend) {
         match (state.as_str(), args.recover_if_present) {
@@ -100,7 +119,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         format_backend(&spec)?;
     } else if !is_test_backend(&spec.backend) {
         // Fail here, before daemonizing, with the clearest message we can give.
-        check_backend(&spec.backend)?;
+        check_backend(&spec)?;
     }
     serve_daemon(spec, mode, args.foreground, metrics)
 }
@@ -153,14 +172,30 @@ fn existing_device_for(backend: &str) -> Option<(u32, String, Option<DeviceSpec>
 
 /// Opens the backend and its metadata, to fail early: missing, not zoned, busy, mounted,
 /// not formatted (all exit 2: the user must fix them); an I/O error is exit 1.
-fn check_backend(backend: &str) -> Result<(), CliError> {
-    let path = Path::new(backend);
-    sys::check_block_device_free(path).map_err(|e| CliError::Usage(e.to_string()))?;
-    let dev = super::open_backend(path)?;
+fn check_backend(spec: &DeviceSpec) -> Result<(), CliError> {
+    let backend = &spec.backend;
+    let dev = open_volume(spec)?;
     let p = dmz::sets::probe(dev.as_ref()).map_err(|e| metadata_error(backend, e))?;
     p.choose(backend)
         .map(|_| ())
         .map_err(|e| metadata_error(backend, e))
+}
+
+/// The spec's devices, each checked free (not mounted, not held), opened exclusively: one
+/// zoned backend, or the cache and zoned drives of a multi-device volume.
+fn open_volume(spec: &DeviceSpec) -> Result<Box<dyn zbd::ZonedDevice>, CliError> {
+    let backends: Vec<std::path::PathBuf> = std::iter::once(&spec.backend)
+        .chain(&spec.more_backends)
+        .map(std::path::PathBuf::from)
+        .collect();
+    let vol = super::VolumeArgs {
+        backends: &backends,
+        cache: spec.cache.as_deref().map(Path::new),
+    };
+    for p in vol.paths() {
+        sys::check_block_device_free(p).map_err(|e| CliError::Usage(e.to_string()))?;
+    }
+    vol.open(true)
 }
 
 /// A backend's metadata that cannot be used: the user's to fix (exit 2), except I/O errors.
@@ -185,9 +220,7 @@ fn format_backend(spec: &DeviceSpec) -> Result<(), CliError> {
     if is_test_backend(&spec.backend) {
         return Ok(());
     }
-    let path = Path::new(&spec.backend);
-    sys::check_block_device_free(path).map_err(|e| CliError::Usage(e.to_string()))?;
-    let dev = super::open_backend(path)?;
+    let dev = open_volume(spec)?;
     let opts = dmz::sets::FormatOptions {
         label: spec.label.clone(),
         ..Default::default()
@@ -344,9 +377,8 @@ fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
             frontend::RawFileTarget::open(path, TEST_CHUNK).map_err(|e| format!("{path}: {e}"))?;
         return Ok(simple(t, "raw file", &spec.backend));
     }
-    check_backend(&spec.backend).map_err(|e| e.to_string())?;
-    let dev: Arc<dyn zbd::ZonedDevice> =
-        Arc::from(zbd::open(Path::new(&spec.backend)).map_err(|e| e.to_string())?);
+    check_backend(spec).map_err(|e| e.to_string())?;
+    let dev: Arc<dyn zbd::ZonedDevice> = Arc::from(open_volume(spec).map_err(|e| e.to_string())?);
     let mut opts = dmz::engine::EngineOptions::default();
     opts.reclaim.parallel = match spec.reclaim_max_active {
         Some(n) => n.max(1) as usize,
@@ -405,6 +437,7 @@ fn geometry_json(dev: &dyn zbd::ZonedDevice) -> Value {
             .count()
     });
     json!({
+        "members": dev.members(),
         "zones": g.nr_zones,
         "conventional_zones": conventional,
         "zone_bytes": g.zone_size,

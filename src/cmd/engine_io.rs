@@ -84,8 +84,14 @@ pub fn run(args: Args) -> Result<(), CliError> {
         }
         return Ok(());
     }
-    let target = match (&args.backend, &args.raw) {
-        (Some(path), _) => Target::Engine(open(path)?, path.display().to_string()),
+    let target = match (args.backend.first(), &args.raw) {
+        (Some(_), _) => {
+            let vol = super::VolumeArgs {
+                backends: &args.backend,
+                cache: args.cache.as_deref(),
+            };
+            Target::Engine(open(&vol)?, vol.name())
+        }
         (None, Some(path)) => Target::Raw(Raw::open(path)?),
         (None, None) => {
             return Err(CliError::Usage(
@@ -237,16 +243,28 @@ impl Raw {
     }
 }
 
-fn open(path: &Path) -> Result<Engine, CliError> {
-    let p = path.display();
-    let dev = zbd::open(path).map_err(|e| match e {
+fn open(vol: &super::VolumeArgs) -> Result<Engine, CliError> {
+    let p = vol.name();
+    vol.validate()?;
+    let dev = match vol.cache {
+        None => zbd::open(&vol.backends[0]),
+        Some(c) => {
+            let drives: Vec<&Path> = vol.backends.iter().map(|b| b.as_path()).collect();
+            zbd::open_multi(c, &drives, true).map(|m| Box::new(m) as Box<dyn zbd::ZonedDevice>)
+        }
+    }
+    .map_err(|e| match e {
         zbd::ZbdError::Open(_) | zbd::ZbdError::Invalid(_) => CliError::Usage(e.to_string()),
         e => CliError::Failed(format!("{p}: {e}")),
     })?;
     Engine::open(Arc::from(dev), EngineOptions::default()).map_err(|e| match e {
         EngineError::Format(dmz::format::FormatError::NotFormatted(_)) => CliError::Usage(format!(
-            "{p}: no valid dm-zoned superblock: not formatted? run `zonedd format --backend {p}`"
+            "{p}: no valid dm-zoned superblock: not formatted? run `zonedd format {}`",
+            vol.flags()
         )),
+        EngineError::Format(f @ dmz::format::FormatError::Device(_)) => {
+            CliError::Usage(format!("{p}: {f}"))
+        }
         e => CliError::Failed(format!("{p}: opening the engine: {e}")),
     })
 }

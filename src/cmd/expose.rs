@@ -56,6 +56,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
         queues: args.queues,
         depth: args.depth,
         exposed: true,
+        cache: None,
+        more_backends: Vec::new(),
     };
     let mode = Mode::Add { id: args.id };
     daemon::launch(args.foreground, move |ready| body(spec, mode, model, ready))

@@ -1,5 +1,7 @@
-//! `zonedd format --backend PATH [--label L] [--reserved-seq N] [--force]`: write dm-zoned v2
-//! metadata (both sets) on a zoned device or emulated image.
+//! `zonedd format --backend PATH [--backend PATH ...] [--cache PATH] [--label L]
+//! [--reserved-seq N] [--force]`: write dm-zoned v2 metadata (both sets) on a zoned device or
+//! emulated image, or on a multi-device volume (the sets on the cache device, a tertiary
+//! superblock on each zoned drive).
 //!
 //! Without `--force` it refuses a device that is mounted, held by another device, carries a
 //! filesystem or partition table, or is already formatted.
@@ -16,7 +18,13 @@ use super::CliError;
 pub use crate::cli::format::Args;
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    let path = &args.backend;
+    let vol = super::VolumeArgs {
+        backends: &args.backend,
+        cache: args.cache.as_deref(),
+    };
+    vol.validate()?;
+    let name = vol.name();
+    let path = Path::new(&name);
     if let Some(l) = &args.label {
         dmz::format::label_field(l).map_err(|e| CliError::Usage(e.to_string()))?;
     }
@@ -25,8 +33,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     // In-use checks need no open device and must not be bypassed by --force.
     // Refusals (mounted, held, existing content) are exit 2: nothing was done.
-    in_use(path).map_err(CliError::Usage)?;
-    let dev = super::open_backend(path)?;
+    for p in vol.paths() {
+        in_use(p).map_err(CliError::Usage)?;
+    }
+    let dev = vol.open(true)?;
     if !args.force {
         if let Some(what) = existing_content(dev.as_ref()).map_err(CliError::Failed)? {
             return Err(CliError::Usage(format!(
@@ -86,11 +96,31 @@ fn human(bytes: u64) -> String {
 fn summary(path: &Path, dev: &dyn ZonedDevice, l: &Layout, sb: &Superblock) -> String {
     let g = dev.geometry();
     let m = l.meta_zones();
+    let mut devices = String::new();
+    for m in dev
+        .members()
+        .iter()
+        .filter(|_| !l.tertiary_zones.is_empty())
+    {
+        devices += &format!(
+            "  device {}         {}, zones {}-{}: {}\n",
+            m.index,
+            if m.cache { "cache" } else { "zoned" },
+            m.first_zone,
+            m.first_zone + m.nr_zones - 1,
+            m.name
+        );
+    }
+    let kind = if l.tertiary_zones.is_empty() {
+        "conventional"
+    } else {
+        "cache"
+    };
     format!(
         "Formatted {} ({})\n\
          \x20 label            {}\n\
          \x20 uuid             {}\n\
-         \x20 zones            {} x {} ({} usable, {} conventional)\n\
+         \x20 zones            {} x {} ({} usable, {} {kind})\n\
          \x20 metadata         2 sets x {} zone(s), zones {}-{} ({} blocks per set)\n\
          \x20 reserved         {} sequential zones\n\
          \x20 chunks           {}\n\
@@ -111,7 +141,7 @@ fn summary(path: &Path, dev: &dyn ZonedDevice, l: &Layout, sb: &Superblock) -> S
         l.nr_chunks,
         human(l.exposed_bytes()),
         l.exposed_bytes()
-    )
+    ) + &devices
 }
 
 /// `Some(name)` of a block device (`sda` for `/dev/sda`) with its major:minor.

@@ -93,3 +93,74 @@ pub(crate) fn open_error(path: &std::path::Path, e: zbd::ZbdError) -> CliError {
         e => CliError::Failed(format!("{}: {e}", path.display())),
     }
 }
+
+/// The devices of a volume as given: one zoned backend, or a regular cache device and
+/// zoned drives (dm-zoned's multi-device volume, `--cache C --backend A [--backend B ...]`).
+pub(crate) struct VolumeArgs<'a> {
+    pub backends: &'a [std::path::PathBuf],
+    pub cache: Option<&'a std::path::Path>,
+}
+
+impl VolumeArgs<'_> {
+    /// Checked before the environment: several zoned drives need the cache in front.
+    pub fn validate(&self) -> Result<(), CliError> {
+        if self.backends.len() > 1 && self.cache.is_none() {
+            return Err(CliError::Usage(
+                "several --backend drives form a multi-device volume: give its regular cache \
+                 device with --cache"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every path, the cache first.
+    pub fn paths(&self) -> Vec<&std::path::Path> {
+        self.cache
+            .into_iter()
+            .chain(self.backends.iter().map(|p| p.as_path()))
+            .collect()
+    }
+
+    /// "A", or "C + A + B" for messages.
+    pub fn name(&self) -> String {
+        self.paths()
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" + ")
+    }
+
+    /// The command line that names this volume (`--cache C --backend A ...`).
+    pub fn flags(&self) -> String {
+        let mut s = String::new();
+        if let Some(c) = self.cache {
+            s.push_str(&format!("--cache {} ", c.display()));
+        }
+        let b: Vec<String> = self
+            .backends
+            .iter()
+            .map(|p| format!("--backend {}", p.display()))
+            .collect();
+        s + &b.join(" ")
+    }
+
+    /// Open the volume: [`open_backend`] for one device, [`zbd::open_multi`] for a cache and
+    /// drives (exclusive: locked against a second user). Refusals are exit 2.
+    pub fn open(&self, exclusive: bool) -> Result<Box<dyn zbd::ZonedDevice>, CliError> {
+        self.validate()?;
+        match self.cache {
+            None if exclusive => open_backend(&self.backends[0]),
+            None => {
+                zbd::open_shared(&self.backends[0]).map_err(|e| open_error(&self.backends[0], e))
+            }
+            Some(c) => {
+                let drives: Vec<&std::path::Path> =
+                    self.backends.iter().map(|p| p.as_path()).collect();
+                zbd::open_multi(c, &drives, exclusive)
+                    .map(|m| Box::new(m) as Box<dyn zbd::ZonedDevice>)
+                    .map_err(|e| open_error(c, e))
+            }
+        }
+    }
+}

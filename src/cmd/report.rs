@@ -42,7 +42,16 @@ fn summary(zones: &[Zone]) -> (BTreeMap<&'static str, u32>, BTreeMap<&'static st
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    let dev = zbd::open_shared(&args.path).map_err(super::emulate::cli_error)?;
+    let vol = super::VolumeArgs {
+        backends: &args.path,
+        cache: args.cache.as_deref(),
+    };
+    let dev = if args.cache.is_none() && args.path.len() == 1 {
+        zbd::open_shared(&args.path[0]).map_err(super::emulate::cli_error)?
+    } else {
+        vol.open(false)?
+    };
+    let members = dev.members();
     let g = dev.geometry();
     let zones = dev
         .report_all()
@@ -51,6 +60,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     if args.json {
         let v = serde_json::json!({
             "device": dev.describe(),
+            "members": members,
             "geometry": g,
             "zones": zones,
             "summary": {
@@ -62,6 +72,17 @@ pub fn run(args: Args) -> Result<(), CliError> {
         return emit(format!("{v:#}\n"));
     }
     let mut out = String::new();
+    for m in members.iter().filter(|_| members.len() > 1) {
+        let _ = writeln!(
+            out,
+            "device {} ({}): zones {}-{}: {}",
+            m.index,
+            if m.cache { "cache" } else { "zoned" },
+            m.first_zone,
+            m.first_zone + m.nr_zones - 1,
+            m.name
+        );
+    }
     for z in &zones {
         let _ = writeln!(
             out,

@@ -182,6 +182,30 @@ pub fn summary(s: &Value, r: Option<&Rates>) -> Vec<String> {
         }
     }
     line("backend", be);
+    // A multi-device volume: each device and its zones.
+    let members = s
+        .get("geometry")
+        .and_then(|g| g.get("members"))
+        .and_then(|m| m.as_array())
+        .filter(|m| m.len() > 1);
+    for m in members.into_iter().flatten() {
+        let first = num(m, &["first_zone"]).unwrap_or(0);
+        let n = num(m, &["nr_zones"]).unwrap_or(0);
+        let kind = if m.get("cache").and_then(|c| c.as_bool()) == Some(true) {
+            "cache"
+        } else {
+            "zoned"
+        };
+        line(
+            "device",
+            format!(
+                "{} ({kind}): zones {first}-{}: {}",
+                num(m, &["index"]).unwrap_or(0),
+                (first + n).saturating_sub(1),
+                text(m, "name").unwrap_or("?")
+            ),
+        );
+    }
 
     let e = s.get("engine").filter(|e| !e.is_null());
     if let Some(cap) = num(s, &["capacity_bytes"]) {
@@ -476,6 +500,25 @@ pub(crate) mod tests {
             lines[5]
         );
         assert_eq!(rates(&a, &b, 0.0), None);
+    }
+
+    #[test]
+    fn a_multi_device_volume_lists_its_devices() {
+        let mut s = fixed_status();
+        s["geometry"]["members"] = json!([
+            {"index": 0, "name": "regular device /dev/nullb0", "first_zone": 0, "nr_zones": 8, "cache": true},
+            {"index": 1, "name": "/dev/nullb1 (host-managed)", "first_zone": 8, "nr_zones": 32, "cache": false},
+        ]);
+        let lines = summary(&s, None);
+        let i = lines.iter().position(|l| l.starts_with("backend")).unwrap();
+        assert_eq!(
+            lines[i + 1],
+            "device    0 (cache): zones 0-7: regular device /dev/nullb0"
+        );
+        assert_eq!(
+            lines[i + 2],
+            "device    1 (zoned): zones 8-39: /dev/nullb1 (host-managed)"
+        );
     }
 
     #[test]

@@ -389,7 +389,9 @@ impl Ctx<'_> {
             }
         }
         let zone = self.zones[z as usize];
-        if zone.zone_type.is_sequential() && zone.wp != zone.start {
+        // A drive's tertiary superblock zone holds that superblock at its start.
+        let tertiary = self.layout.tertiary_zones.contains(&z);
+        if zone.zone_type.is_sequential() && zone.wp != zone.start && !tertiary {
             let resettable = self.usable(z);
             self.add(
                 finding(

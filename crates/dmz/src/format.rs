@@ -376,6 +376,31 @@ pub struct Layout {
     /// still counts as usable: the volume runs degraded, with fewer spare zones. 0 when the
     /// layout satisfies the kernel's rules as they stand.
     pub nr_lost_zones: u32,
+    /// Multi-device volumes: the first zone of each zoned drive, holding its tertiary
+    /// superblock (a metadata zone, never data). Empty on a single device.
+    pub tertiary_zones: Vec<u32>,
+}
+
+/// Which zones of a device are the cache device and where each zoned drive starts, from
+/// [`zbd::ZonedDevice::members`]: a single device has neither.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shape {
+    /// Zones `0..n` are the regular cache device's (runt included).
+    pub cache_zones: Option<u32>,
+    /// First zone of each zoned drive.
+    pub drive_starts: Vec<u32>,
+}
+
+impl Shape {
+    pub fn of(members: &[zbd::Member]) -> Shape {
+        match members {
+            [cache, drives @ ..] if cache.cache && !drives.is_empty() => Shape {
+                cache_zones: Some(cache.nr_zones),
+                drive_starts: drives.iter().map(|m| m.first_zone).collect(),
+            },
+            _ => Shape::default(),
+        }
+    }
 }
 
 /// What the sizing depends on, gathered from a zone report.
@@ -432,7 +457,7 @@ fn dev_err(msg: impl Into<String>) -> FormatError {
     FormatError::Device(msg.into())
 }
 
-fn census(zones: &[Zone], geometry: &Geometry) -> Result<ZoneCensus> {
+fn census(zones: &[Zone], geometry: &Geometry, shape: &Shape) -> Result<ZoneCensus> {
     let zs = geometry.zone_size;
     if !zs.is_power_of_two() || zs < BLOCK as u64 {
         return Err(dev_err(format!(
@@ -483,20 +508,34 @@ fn census(zones: &[Zone], geometry: &Geometry) -> Result<ZoneCensus> {
                 "zone capacity < zone size (ZNS) is not supported by the v2 format",
             ));
         }
+        // Multi-device (reference §3.5): every zone of the cache device is a cache zone and
+        // usable, the runt included (the kernel and dmzadm count it; the kernel then keeps it
+        // offline); only cache zones can hold metadata. Conventional zones of the drives
+        // are usable data zones, not cache zones.
+        if let Some(n) = shape.cache_zones {
+            if z.id < n {
+                c.usable += 1;
+                c.rnd += 1;
+                if c.first_rnd.is_none() && z.len == zs {
+                    c.first_rnd = Some(z.id);
+                }
+                continue;
+            }
+        }
         // Like the kernel: a runt zone is offline; offline and read-only zones are not usable.
         if z.len != zs {
             continue;
         }
         if matches!(z.cond, ZoneCondition::Offline | ZoneCondition::ReadOnly) {
             c.lost += 1;
-            if z.zone_type == ZoneType::Conventional {
+            if z.zone_type == ZoneType::Conventional && shape.cache_zones.is_none() {
                 c.lost_rnd += 1;
                 c.first_lost_rnd.get_or_insert(z.id);
             }
             continue;
         }
         c.usable += 1;
-        if z.zone_type == ZoneType::Conventional {
+        if z.zone_type == ZoneType::Conventional && shape.cache_zones.is_none() {
             c.rnd += 1;
             if c.first_rnd.is_none() {
                 c.first_rnd = Some(z.id);
@@ -550,14 +589,31 @@ impl Layout {
     /// Whether the device can hold dm-zoned metadata at all (zone size, capacity, report),
     /// whatever its superblocks say.
     pub fn check_device(zones: &[Zone], geometry: &Geometry) -> Result<()> {
-        census(zones, geometry).map(|_| ())
+        census(zones, geometry, &Shape::default()).map(|_| ())
+    }
+
+    /// [`Layout::compute_on`] for a single device.
+    pub fn compute(zones: &[Zone], geometry: &Geometry, reserved_seq: u32) -> Result<Layout> {
+        Self::compute_on(zones, geometry, &Shape::default(), reserved_seq)
+    }
+
+    /// [`Layout::from_superblock_on`] for a single device.
+    pub fn from_superblock(sb: &Superblock, zones: &[Zone], geometry: &Geometry) -> Result<Layout> {
+        Self::from_superblock_on(sb, zones, geometry, &Shape::default())
     }
 
     /// Size a new format of a device, exactly as dmzadm does (reference §1.6): at least 3
     /// conventional zones, reserved zones clamped to the conventional count − 1, two sets of
-    /// `nr_meta_zones` contiguous conventional zones from the first conventional zone.
-    pub fn compute(zones: &[Zone], geometry: &Geometry, reserved_seq: u32) -> Result<Layout> {
-        let c = census(zones, geometry)?;
+    /// `nr_meta_zones` contiguous conventional zones from the first conventional zone. On a
+    /// multi-device `shape` "conventional" reads "cache": the sets go at the start of the
+    /// cache device, and each drive's first zone holds a tertiary superblock.
+    pub fn compute_on(
+        zones: &[Zone],
+        geometry: &Geometry,
+        shape: &Shape,
+        reserved_seq: u32,
+    ) -> Result<Layout> {
+        let c = census(zones, geometry, shape)?;
         if c.rnd < 3 {
             return Err(dev_err(format!(
                 "not enough conventional zones: {} usable, dm-zoned needs at least 3",
@@ -594,6 +650,7 @@ impl Layout {
             nr_reserved_seq: reserved,
             set_zone: [first, first + s.nr_meta_zones],
             nr_lost_zones: 0,
+            tertiary_zones: shape.drive_starts.clone(),
         };
         layout.check_meta_zones(zones)?;
         Ok(layout)
@@ -607,13 +664,18 @@ impl Layout {
     /// still loads, degraded (`nr_lost_zones`), if the superblock matches the device with
     /// those zones counted as usable and every chunk still fits the usable zones: the lost
     /// zones come out of the reserved pool. What is written (format) keeps the kernel's rules.
-    pub fn from_superblock(sb: &Superblock, zones: &[Zone], geometry: &Geometry) -> Result<Layout> {
-        let c = census(zones, geometry)?;
-        let exact = Self::from_superblock_census(sb, zones, &c);
+    pub fn from_superblock_on(
+        sb: &Superblock,
+        zones: &[Zone],
+        geometry: &Geometry,
+        shape: &Shape,
+    ) -> Result<Layout> {
+        let c = census(zones, geometry, shape)?;
+        let exact = Self::from_superblock_census(sb, zones, &c, shape);
         if exact.is_ok() || c.lost == 0 {
             return exact;
         }
-        let Ok(layout) = Self::from_superblock_census(sb, zones, &c.with_lost()) else {
+        let Ok(layout) = Self::from_superblock_census(sb, zones, &c.with_lost(), shape) else {
             return exact;
         };
         let data_zones = (c.usable as u64).saturating_sub(2 * layout.nr_meta_zones as u64);
@@ -636,7 +698,12 @@ impl Layout {
         })
     }
 
-    fn from_superblock_census(sb: &Superblock, zones: &[Zone], c: &ZoneCensus) -> Result<Layout> {
+    fn from_superblock_census(
+        sb: &Superblock,
+        zones: &[Zone],
+        c: &ZoneCensus,
+        shape: &Shape,
+    ) -> Result<Layout> {
         let c = *c;
         if sb.set_uuid == [0; 16] {
             return Err(FormatError::Corrupt("null set UUID".into()));
@@ -664,6 +731,7 @@ impl Layout {
             nr_reserved_seq: sb.nr_reserved_seq,
             set_zone: [first, first + meta_zones],
             nr_lost_zones: 0,
+            tertiary_zones: shape.drive_starts.clone(),
         };
         layout.check_meta_zones(zones)?;
         Ok(layout)
@@ -744,6 +812,17 @@ impl Layout {
     /// All `2 * nr_meta_zones` zones from the primary set's zone must be usable conventional
     /// zones ("metadata zone N is not random" in the kernel).
     fn check_meta_zones(&self, zones: &[Zone]) -> Result<()> {
+        for &z in &self.tertiary_zones {
+            let ok = zones.get(z as usize).is_some_and(|zone| {
+                !matches!(zone.cond, ZoneCondition::Offline | ZoneCondition::ReadOnly)
+            });
+            if !ok {
+                return Err(dev_err(format!(
+                    "zone {z}, the first zone of a zoned drive, is offline or read-only: it \
+                     must hold the drive's tertiary superblock"
+                )));
+            }
+        }
         for z in self.meta_zones() {
             let ok = zones.get(z as usize).is_some_and(|zone| {
                 zone.zone_type == ZoneType::Conventional
@@ -766,8 +845,29 @@ impl Layout {
         self.set_zone[0]..self.set_zone[0] + 2 * self.nr_meta_zones
     }
 
+    /// A zone of either set, or a drive's tertiary superblock zone.
     pub fn is_meta_zone(&self, zone: u32) -> bool {
-        self.meta_zones().contains(&zone)
+        self.meta_zones().contains(&zone) || self.tertiary_zones.contains(&zone)
+    }
+
+    /// Absolute 4 KiB block of the tertiary superblock of zoned drive `i` (0-based).
+    pub fn tertiary_block(&self, i: usize) -> u64 {
+        (self.tertiary_zones[i] as u64) << self.zone_blocks_shift
+    }
+
+    /// The tertiary superblock of zoned drive `i`: gen 0, at block 0 of the drive, the
+    /// volume's sizes, label and set UUID, the drive's own UUID.
+    pub fn tertiary_superblock(
+        &self,
+        i: usize,
+        label: [u8; LABEL_LEN],
+        set_uuid: [u8; 16],
+        dev_uuid: [u8; 16],
+    ) -> Superblock {
+        Superblock {
+            sb_block: self.tertiary_block(i),
+            ..self.superblock(0, 0, label, set_uuid, dev_uuid)
+        }
     }
 
     /// Absolute 4 KiB block of a set's superblock (its `sb_block`).

@@ -10,8 +10,8 @@ use tracing::{info, warn};
 use zbd::{Geometry, Zone, ZoneType, ZonedDevice};
 
 use crate::format::{
-    has_magic, label_field, linux_crc32, uuid_string, FormatError, Layout, Result, Superblock,
-    BLOCK,
+    has_magic, label_field, linux_crc32, uuid_string, FormatError, Layout, Result, Shape,
+    Superblock, BLOCK,
 };
 
 /// Largest single write or read of metadata (1 MiB): big enough to stream, small enough to
@@ -131,7 +131,8 @@ pub fn format_device(
 ) -> Result<Layout> {
     let geometry = dev.geometry();
     let zones = dev.report_all()?;
-    let layout = Layout::compute(&zones, &geometry, opts.reserved_seq)?;
+    let shape = Shape::of(&dev.members());
+    let layout = Layout::compute_on(&zones, &geometry, &shape, opts.reserved_seq)?;
     let label = match &opts.label {
         Some(l) => label_field(l)?,
         None => label_field(&default_label(dev))?,
@@ -171,6 +172,12 @@ pub fn format_device(
         write_superblock(dev, &layout, set, &sb)?;
         done += 1;
         progress(done, total);
+    }
+    // Multi-device: each zoned drive gets its tertiary superblock (gen 0, its own device
+    // UUID) in block 0, its first zone, which the reset above left empty.
+    for i in 0..layout.tertiary_zones.len() {
+        let sb = layout.tertiary_superblock(i, label, set_uuid, uuid::Uuid::new_v4().into_bytes());
+        dev.write_at(&sb.encode()[..], layout.tertiary_block(i) * BLOCK as u64)?;
     }
     dev.flush()?;
     info!(
@@ -216,6 +223,10 @@ pub struct Probe {
     pub geometry: Geometry,
     pub zones: Vec<Zone>,
     pub sets: [SetProbe; 2],
+    /// Multi-device: the devices, and per zoned drive why its tertiary superblock does not
+    /// belong to this volume (`None`: it does).
+    pub members: Vec<zbd::Member>,
+    pub tertiary: Vec<Option<String>>,
 }
 
 fn read_block(dev: &dyn ZonedDevice, block: u64) -> Result<Box<[u8; BLOCK]>> {
@@ -229,6 +240,7 @@ fn check_sb_at(
     dev: &dyn ZonedDevice,
     zones: &[Zone],
     geometry: &Geometry,
+    shape: &Shape,
     zone: u32,
     set: usize,
 ) -> Result<SetProbe> {
@@ -254,7 +266,18 @@ fn check_sb_at(
             sb.sb_block
         )));
     }
-    let layout = match Layout::from_superblock(&sb, zones, geometry) {
+    if shape.cache_zones.is_some() {
+        let zbb = (geometry.zone_blocks() / (8 * BLOCK as u64)).max(1);
+        let volume_zones = sb.nr_bitmap_blocks as u64 / zbb;
+        if volume_zones != geometry.nr_zones as u64 {
+            return Ok(fail(format!(
+                "the volume spans {volume_zones} zones but the cache and zoned drives given \
+                 have {}: a zoned drive is missing, extra or of another size",
+                geometry.nr_zones
+            )));
+        }
+    }
+    let layout = match Layout::from_superblock_on(&sb, zones, geometry, shape) {
         Ok(l) => l,
         Err(e @ FormatError::Zbd(_)) => return Err(e),
         Err(e) => return Ok(fail(e.to_string())),
@@ -295,6 +318,8 @@ fn primary_zone(zones: &[Zone], geometry: &Geometry) -> Option<u32> {
 pub fn probe(dev: &dyn ZonedDevice) -> Result<Probe> {
     let geometry = dev.geometry();
     let zones = dev.report_all()?;
+    let members = dev.members();
+    let shape = Shape::of(&members);
     Layout::check_device(&zones, &geometry)?;
     let Some(z0) = primary_zone(&zones, &geometry) else {
         let why = "no usable conventional zone: cannot hold dm-zoned metadata";
@@ -302,11 +327,13 @@ pub fn probe(dev: &dyn ZonedDevice) -> Result<Probe> {
             geometry,
             zones,
             sets: [SetProbe::missing(None, why), SetProbe::missing(None, why)],
+            members,
+            tertiary: Vec::new(),
         });
     };
-    let p0 = check_sb_at(dev, &zones, &geometry, z0, 0)?;
+    let p0 = check_sb_at(dev, &zones, &geometry, &shape, z0, 0)?;
     let p1 = if let Some((sb0, l0)) = &p0.valid {
-        let mut p1 = check_sb_at(dev, &zones, &geometry, l0.set_zone[1], 1)?;
+        let mut p1 = check_sb_at(dev, &zones, &geometry, &shape, l0.set_zone[1], 1)?;
         // The sets must describe the same volume (kernel: same UUID and label).
         if let Some((sb1, _)) = &p1.valid {
             let mismatch = if sb1.set_uuid != sb0.set_uuid {
@@ -348,17 +375,62 @@ pub fn probe(dev: &dyn ZonedDevice) -> Result<Probe> {
             }
             let block = read_block(dev, z as u64 * geometry.zone_blocks())?;
             if has_magic(&block[..]) {
-                found = check_sb_at(dev, &zones, &geometry, z, 1)?;
+                found = check_sb_at(dev, &zones, &geometry, &shape, z, 1)?;
                 break;
             }
         }
         found
     };
+    let tertiary = match p0.valid.as_ref().or(p1.valid.as_ref()) {
+        Some((sb, layout)) => (0..layout.tertiary_zones.len())
+            .map(|i| check_tertiary(dev, layout, sb, i))
+            .collect::<Result<Vec<_>>>()?,
+        None => Vec::new(),
+    };
     Ok(Probe {
         geometry,
         zones,
         sets: [p0, p1],
+        members,
+        tertiary,
     })
+}
+
+/// Whether zoned drive `i` carries this volume's tertiary superblock where the layout puts
+/// it (kernel `dmz_check_sb` on a tertiary superblock: magic, CRC, location, set UUID,
+/// label, a device UUID). `Some(why)` when not.
+fn check_tertiary(
+    dev: &dyn ZonedDevice,
+    layout: &Layout,
+    sb: &Superblock,
+    i: usize,
+) -> Result<Option<String>> {
+    let at = layout.tertiary_block(i);
+    let block = read_block(dev, at)?;
+    let t = match Superblock::decode(&block[..]) {
+        Ok(t) => t,
+        Err(e) => return Ok(Some(format!("no tertiary superblock of this volume ({e})"))),
+    };
+    let why = if t.set_uuid != sb.set_uuid {
+        format!(
+            "its tertiary superblock is of another volume (set UUID {}, this volume's is {})",
+            uuid_string(&t.set_uuid),
+            uuid_string(&sb.set_uuid)
+        )
+    } else if t.sb_block != at {
+        format!(
+            "its tertiary superblock says block {}, but the drive starts at block {at}: give \
+             the zoned drives in the order they were formatted in",
+            t.sb_block
+        )
+    } else if t.label != sb.label {
+        format!("its tertiary superblock has label {:?}", t.label_str())
+    } else if t.dev_uuid == [0; 16] {
+        "its tertiary superblock has a null device UUID".to_string()
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(why))
 }
 
 impl Probe {
@@ -386,6 +458,13 @@ impl Probe {
                 {
                     return Err(FormatError::Version1);
                 }
+                // A device set that is not the volume's (a drive missing or extra) says so
+                // once, whichever superblock is read.
+                if let [Some(a), Some(b)] = [&self.sets[0].error, &self.sets[1].error] {
+                    if a == b && a.contains("a zoned drive is missing") {
+                        return Err(FormatError::Device(a.clone()));
+                    }
+                }
                 let why: Vec<String> = self
                     .sets
                     .iter()
@@ -401,7 +480,25 @@ impl Probe {
             }
         };
         let (sb, layout) = self.sets[primary].valid.clone().expect("chosen set valid");
+        self.check_members()?;
         Ok((primary, sb, layout))
+    }
+
+    /// Every zoned drive of a multi-device volume must be this volume's, in its place: a
+    /// foreign or misplaced drive refuses the whole volume, naming the drive.
+    pub fn check_members(&self) -> Result<()> {
+        for (i, why) in self.tertiary.iter().enumerate() {
+            if let Some(why) = why {
+                let name = self
+                    .members
+                    .get(i + 1)
+                    .map_or_else(|| format!("zoned drive {}", i + 1), |m| m.name.clone());
+                return Err(FormatError::Device(format!(
+                    "{name} is not a member of this volume: {why}"
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

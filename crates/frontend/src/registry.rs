@@ -32,6 +32,12 @@ pub struct DeviceSpec {
     /// Served as it is, a zoned device (`zonedd expose`), not through the engine.
     #[serde(default)]
     pub exposed: bool,
+    /// A multi-device volume: its regular cache device (canonicalized) ...
+    #[serde(default)]
+    pub cache: Option<String>,
+    /// ... and the zoned drives after `backend`, in order.
+    #[serde(default)]
+    pub more_backends: Vec<String>,
 }
 
 /// A running (or crashed) daemon's record.
@@ -180,6 +186,8 @@ mod tests {
                 queues: 2,
                 depth: 64,
                 exposed: false,
+                cache: Some("/tmp/c.img".into()),
+                more_backends: vec!["/tmp/y.img".into()],
             },
             pid: 42,
             socket: socket_path(3),

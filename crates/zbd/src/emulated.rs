@@ -219,7 +219,7 @@ fn decode_header(h: &[u8], path: &Path) -> Result<(Geometry, u32, u64)> {
 }
 
 /// Size of a file or block device.
-fn file_size(file: &File, block_device: bool) -> std::io::Result<u64> {
+pub(crate) fn file_size(file: &File, block_device: bool) -> std::io::Result<u64> {
     if block_device {
         nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
         let mut size = 0u64;
@@ -231,7 +231,7 @@ fn file_size(file: &File, block_device: bool) -> std::io::Result<u64> {
     }
 }
 
-fn lock_exclusive(file: &File, path: &Path) -> Result<()> {
+pub(crate) fn lock_exclusive(file: &File, path: &Path) -> Result<()> {
     // SAFETY: flock on an fd we own; no memory is passed. The lock lives as long as the fd.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc == 0 {

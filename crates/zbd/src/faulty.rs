@@ -575,6 +575,12 @@ impl<D: ZonedDevice> ZonedDevice for FaultyDevice<D> {
         format!("{} (fault injection)", self.inner.describe())
     }
 
+    /// The wrapped device's members: a wrapped multi-device volume keeps its shape. (A
+    /// member flush is this wrapper's whole flush, the default.)
+    fn members(&self) -> Vec<crate::Member> {
+        self.inner.members()
+    }
+
     fn set_zone_condition(&self, zone: u32, cond: ZoneCondition) -> Result<()> {
         self.set_condition(zone, cond)
     }

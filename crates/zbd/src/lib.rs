@@ -36,7 +36,9 @@ pub mod conformance;
 mod emulated;
 mod faulty;
 mod mem;
+mod multi;
 mod options;
+mod regular;
 mod state;
 pub mod timing;
 
@@ -45,10 +47,12 @@ pub use blockdev::{BlkZone, BlkZoneRange, BlkZoneReport, BlockDev};
 pub use emulated::{has_magic, Emulated, MAGIC as EMULATED_MAGIC};
 pub use faulty::{FaultyDevice, Op, OpClass, OpKind};
 pub use mem::MemDevice;
+pub use multi::MultiDevice;
 pub use options::{
     default_conventional, fmt_size, parse_size, EmulateOptions, DEFAULT_MAX_OPEN,
     DEFAULT_ZONE_SIZE, MIN_EMULATED_ZONE_SIZE,
 };
+pub use regular::RegularDevice;
 
 /// zonedd (like dm-zoned) works in 4 KiB blocks.
 pub const BLOCK_SIZE: u64 = 4096;
@@ -224,6 +228,19 @@ pub struct ReadSource {
     pub direct: bool,
 }
 
+/// One device of a (possibly multi-device) volume, as [`ZonedDevice::members`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Member {
+    /// 0 for the cache device (or the only device), 1.. for the zoned drives.
+    pub index: usize,
+    pub name: String,
+    /// Its zones are `first_zone .. first_zone + nr_zones` of the volume.
+    pub first_zone: u32,
+    pub nr_zones: u32,
+    /// The regular cache device of a multi-device volume.
+    pub cache: bool,
+}
+
 /// A zoned block device: emulated, real, or a test wrapper around either.
 ///
 /// Implementations are shared between threads (`&self` everywhere) and enforce the rules a
@@ -264,6 +281,24 @@ pub trait ZonedDevice: Send + Sync {
 
     /// A short human description ("emulated SMR image /tmp/d.img", "/dev/sda (host-managed)").
     fn describe(&self) -> String;
+
+    /// The devices this one is made of: itself alone (the default), or a
+    /// [`MultiDevice`]'s cache device and zoned drives.
+    fn members(&self) -> Vec<Member> {
+        vec![Member {
+            index: 0,
+            name: self.describe(),
+            first_zone: 0,
+            nr_zones: self.geometry().nr_zones,
+            cache: false,
+        }]
+    }
+
+    /// Flush member `index` of [`ZonedDevice::members`] only (the default: the whole device).
+    fn flush_member(&self, index: usize) -> Result<()> {
+        let _ = index;
+        self.flush()
+    }
 
     /// Where a caller with its own io_uring may read this device's data itself (see
     /// [`ReadSource`]); `None` (the default) when reads must go through [`ZonedDevice::read_at`]:
@@ -320,6 +355,12 @@ macro_rules! forward_zoned_device {
             }
             fn describe(&self) -> String {
                 (**self).describe()
+            }
+            fn members(&self) -> Vec<Member> {
+                (**self).members()
+            }
+            fn flush_member(&self, index: usize) -> Result<()> {
+                (**self).flush_member(index)
             }
             fn report_all(&self) -> Result<Vec<Zone>> {
                 (**self).report_all()
@@ -382,6 +423,75 @@ pub fn open(path: &Path) -> Result<Box<dyn ZonedDevice>> {
 /// (`zonedd report`). Do not write through it.
 pub fn open_shared(path: &Path) -> Result<Box<dyn ZonedDevice>> {
     open_backend(path, false)
+}
+
+/// Opens a multi-device volume's devices (reference §3.5): `cache`, a regular file or
+/// block device cut into zones of the zoned drives' size, then each of `zoned` (a zoned
+/// block device or an emulated image), in the order given. Refuses, naming the device: a
+/// device given twice, a zoned device as the cache, a regular one as a zoned drive, a
+/// missing one, and zone sizes that differ.
+pub fn open_multi(cache: &Path, zoned: &[&Path], exclusive: bool) -> Result<MultiDevice> {
+    let mut seen: Vec<(&Path, (u64, u64))> = Vec::new();
+    for p in std::iter::once(cache).chain(zoned.iter().copied()) {
+        let id = device_identity(p)?;
+        if let Some((q, _)) = seen.iter().find(|(_, i)| *i == id) {
+            return Err(ZbdError::Open(format!(
+                "{} is given twice (also as {}): each device of a volume must be distinct",
+                p.display(),
+                q.display()
+            )));
+        }
+        seen.push((p, id));
+    }
+    if is_zoned_path(cache)? {
+        return Err(ZbdError::Open(format!(
+            "{} is a zoned device: --cache takes a regular block device or file",
+            cache.display()
+        )));
+    }
+    let mut drives: Vec<std::sync::Arc<dyn ZonedDevice>> = Vec::new();
+    for p in zoned {
+        if !is_zoned_path(p)? {
+            return Err(ZbdError::Open(format!(
+                "{} is a regular device or file: --backend takes a zoned device (give a \
+                 regular one as --cache)",
+                p.display()
+            )));
+        }
+        drives.push(std::sync::Arc::from(open_backend(p, exclusive)?));
+    }
+    let zone_size = drives[0].geometry().zone_size;
+    let cache_dev = RegularDevice::open(cache, zone_size, exclusive)?;
+    MultiDevice::new(std::sync::Arc::new(cache_dev), drives)
+}
+
+/// What identifies a device whatever path names it: the device number of a block device,
+/// (st_dev, st_ino) of a file.
+fn device_identity(path: &Path) -> Result<(u64, u64)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let m =
+        std::fs::metadata(path).map_err(|e| ZbdError::Open(format!("{}: {e}", path.display())))?;
+    Ok(if m.file_type().is_block_device() {
+        (u64::MAX, m.rdev())
+    } else {
+        (m.dev(), m.ino())
+    })
+}
+
+/// A zoned block device (sysfs says so) or an emulated image (its magic).
+fn is_zoned_path(path: &Path) -> Result<bool> {
+    use std::os::unix::fs::FileExt;
+    if matches!(
+        sysfs_zoned_model(path).as_deref(),
+        Some("host-managed" | "host-aware")
+    ) {
+        return Ok(true);
+    }
+    let f = std::fs::File::open(path)
+        .map_err(|e| ZbdError::Open(format!("{}: {e}", path.display())))?;
+    let mut head = [0u8; 8];
+    let n = f.read_at(&mut head, 0).unwrap_or(0);
+    Ok(has_magic(&head[..n]))
 }
 
 fn open_backend(path: &Path, exclusive: bool) -> Result<Box<dyn ZonedDevice>> {

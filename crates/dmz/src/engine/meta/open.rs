@@ -73,10 +73,18 @@ fn load_sets(
     cache_blocks: usize,
 ) -> Result<Meta, EngineError> {
     let report = dev.report_all()?;
-    // A degraded volume's lost zones come out of the reserved pool.
-    let nr_reserved = layout.nr_reserved_seq.saturating_sub(layout.nr_lost_zones);
+    // A degraded volume's lost zones come out of the reserved pool, and so do the drives'
+    // tertiary superblock zones of a multi-device volume: dm-zoned's sizing counts them as
+    // usable (chunks + reserved = usable - sets), but they never hold data.
+    let nr_reserved = layout
+        .nr_reserved_seq
+        .saturating_sub(layout.nr_lost_zones)
+        .saturating_sub(layout.tertiary_zones.len() as u32);
     let mut zones = Zones::from_report(&report, dev.geometry().zone_size, nr_reserved);
-    for z in layout.meta_zones() {
+    for z in layout
+        .meta_zones()
+        .chain(layout.tertiary_zones.iter().copied())
+    {
         zones.set_meta(ZoneId(z));
     }
     let map = read_map(dev, layout)?;

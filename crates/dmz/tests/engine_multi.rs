@@ -1,0 +1,341 @@
+//! Multi-device volumes (a regular cache device in front of zoned drives, dm-zoned v2):
+//! layout and tertiary superblocks, data through the engine and back after reopen, the
+//! refusals of a missing, foreign or misplaced drive, kill -9, and power cuts at every
+//! device-write boundary where each device loses its unflushed writes independently.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use dmz::engine::{Engine, EngineOptions};
+use dmz::format::{Layout, Superblock, BLOCK};
+use dmz::sets::{format_device, FormatOptions};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use zbd::{FaultyDevice, MemDevice, MultiDevice, RegularDevice, ZonedDevice};
+
+const ZS: u64 = 256 << 10;
+
+type Cache = Arc<FaultyDevice<RegularDevice>>;
+type Drive = Arc<FaultyDevice<MemDevice>>;
+
+/// A cache of `cache_zones` zones and drives of `drives[i]` zones (no conventional zones),
+/// each member behind its own fault injector.
+fn members(cache_zones: u64, drives: &[u32]) -> (Cache, Vec<Drive>) {
+    let c =
+        Arc::new(FaultyDevice::new(RegularDevice::new_mem(cache_zones * ZS, ZS).unwrap()).unwrap());
+    let d = drives
+        .iter()
+        .map(|&n| Arc::new(FaultyDevice::new(MemDevice::with_zones(ZS, n, 0).unwrap()).unwrap()))
+        .collect();
+    (c, d)
+}
+
+fn compose(c: &Cache, d: &[Drive]) -> Arc<MultiDevice> {
+    let drives: Vec<Arc<dyn ZonedDevice>> = d
+        .iter()
+        .map(|x| x.clone() as Arc<dyn ZonedDevice>)
+        .collect();
+    Arc::new(MultiDevice::new(c.clone(), drives).unwrap())
+}
+
+fn format(dev: &dyn ZonedDevice, reserved: u32) -> Layout {
+    let opts = FormatOptions {
+        label: Some("multi".into()),
+        reserved_seq: reserved,
+    };
+    format_device(dev, &opts, &mut |_, _| {}).expect("format")
+}
+
+#[test]
+fn layout_and_tertiary_superblocks() {
+    let (c, d) = members(8, &[12, 12]);
+    let m = compose(&c, &d);
+    // dmzadm's arithmetic: 32 usable zones (8 cache + 24), 64 blocks per zone, one bitmap
+    // block per zone (32), one map block: 34 metadata blocks, one zone per set; reserved
+    // 16 is clamped to cache zones - 1 = 7; chunks = 32 - 2 - 7 = 23.
+    let l = format(&*m, 16);
+    assert_eq!(l.nr_zones, 32);
+    assert_eq!(l.nr_usable_zones, 32);
+    assert_eq!(l.nr_rnd_zones, 8, "cache zones");
+    assert_eq!(l.nr_reserved_seq, 7);
+    assert_eq!(l.set_zone, [0, 1]);
+    assert_eq!(l.nr_chunks, 23);
+    assert_eq!(l.tertiary_zones, vec![8, 20]);
+    assert!(l.is_meta_zone(8) && l.is_meta_zone(20) && !l.is_meta_zone(9));
+    let primary = Superblock::decode(&peek(&*m, 0, BLOCK)).unwrap();
+    assert_eq!((primary.gen, primary.sb_block), (1, 0));
+    for (i, &z) in [8u32, 20].iter().enumerate() {
+        let t = Superblock::decode(&peek(&*m, z as u64 * ZS, BLOCK)).unwrap();
+        assert_eq!(t.gen, 0, "tertiary superblocks have gen 0");
+        assert_eq!(t.sb_block, z as u64 * ZS / BLOCK as u64);
+        assert_eq!(t.set_uuid, primary.set_uuid);
+        assert_eq!(t.label, primary.label);
+        assert_ne!(t.dev_uuid, primary.dev_uuid, "each drive has its own UUID");
+        assert_eq!(t.nr_chunks, primary.nr_chunks);
+        // Block 0 of the drive itself.
+        let mut b = vec![0u8; BLOCK];
+        d[i].read_at(&mut b, 0).unwrap();
+        assert_eq!(Superblock::decode(&b).unwrap(), t);
+    }
+    let r = dmz::check::check(&*m, false).unwrap();
+    assert!(r.summary.clean, "{:?}", r.errors);
+}
+
+/// Data written through the engine reads back, also after a clean reopen and after a
+/// kill -9; random writes land in cache zones, and reclaim moves them to the drives.
+#[test]
+fn data_round_trip_reopen_and_kill9() {
+    let (c, d) = members(8, &[12, 12]);
+    let m = compose(&c, &d);
+    format(&*m, 4);
+    // No reclaim at first, so the cache zones keep what they took.
+    let mut first = test_opts();
+    first.reclaim.enabled = false;
+    let e = open(m.clone(), first);
+    let mut w = Written::new(&e);
+    let chunk = e.chunk_size() / BS as u64;
+    let blocks = e.capacity() / BS as u64;
+    // Unaligned small writes in many chunks (cache zones), one whole chunk (a stream).
+    let mut id = 1;
+    for k in 0..5u64 {
+        w.write(&e, k * 2 * chunk + 3, 5, id);
+        id += 1;
+    }
+    w.write(&e, 11 * chunk, chunk, id);
+    id += 1;
+    w.verify(&e);
+    // The 6 cache zones after the two sets: the unaligned first writes took some.
+    let s = e.stats();
+    assert!(s.zones_free_conventional < 6, "{s:?}");
+    close(e);
+
+    let e = open(m.clone(), test_opts());
+    w.verify(&e);
+    // Reclaim everything it can: cached chunks move to sequential zones on the drives.
+    for ch in 0..(blocks / chunk) as u32 {
+        e.debug_reclaim_chunk(ch, true).unwrap();
+    }
+    // Freed zones are reusable once a flush made the moves durable.
+    e.flush().unwrap();
+    let s = e.stats();
+    assert_eq!(
+        s.zones_free_conventional, 6,
+        "cache drained to the drives: {s:?}"
+    );
+    w.verify(&e);
+    for k in 0..5u64 {
+        w.write(&e, k * 3 * chunk + 7, 3, id);
+        id += 1;
+    }
+    e.flush().unwrap();
+    crash(e);
+
+    let e = open(m.clone(), test_opts());
+    w.verify(&e);
+    close(e);
+    let r = dmz::check::check(&*m, false).unwrap();
+    assert!(r.summary.clean, "{:?}", r.errors);
+}
+
+#[test]
+fn a_missing_foreign_or_misplaced_drive_is_refused() {
+    let (c, d) = members(8, &[12, 12]);
+    format(&*compose(&c, &d), 4);
+    // One drive missing: the zone count differs from the volume's.
+    let e = Engine::open(compose(&c, &d[..1]), test_opts())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("a zoned drive is missing"), "{e}");
+    // Drives swapped: the tertiary superblocks are out of place.
+    let swapped = vec![d[1].clone(), d[0].clone()];
+    let e = Engine::open(compose(&c, &swapped), test_opts())
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string().contains("in the order they were formatted"),
+        "{e}"
+    );
+    // A drive of another volume.
+    let (c2, d2) = members(8, &[12, 12]);
+    format(&*compose(&c2, &d2), 4);
+    let mixed = vec![d[0].clone(), d2[1].clone()];
+    let e = Engine::open(compose(&c, &mixed), test_opts())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("of another volume"), "{e}");
+    // A blank drive.
+    let (_, blank) = members(1, &[12]);
+    let mixed = vec![d[0].clone(), blank[0].clone()];
+    let e = Engine::open(compose(&c, &mixed), test_opts())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("no tertiary superblock"), "{e}");
+    // The right set still opens.
+    let e = open(compose(&c, &d), test_opts());
+    close(e);
+}
+
+// ---------------------------------------------------------------------------------------
+// Power cuts
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Write { start: u64, len: u64, fua: bool },
+    Flush,
+}
+
+fn opts() -> EngineOptions {
+    let mut o = test_opts();
+    o.commit_interval = std::time::Duration::from_secs(3600);
+    o.log_commit_pct = 101;
+    o.cache_bitmap_blocks = 4096;
+    o.reclaim.low_free_pct = 0;
+    o.reclaim.high_free_pct = 0;
+    o.reclaim.wait_timeout = std::time::Duration::from_secs(10);
+    o
+}
+
+fn workload(seed: u64, n: usize, blocks: u64, chunk: u64) -> Vec<Op> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| {
+            let len = if rng.gen_bool(0.8) {
+                rng.gen_range(1..=8)
+            } else {
+                chunk
+            };
+            let start = if rng.gen_bool(0.2) {
+                rng.gen_range(0..blocks / chunk) * chunk
+            } else {
+                rng.gen_range(0..blocks - len)
+            };
+            match rng.gen_range(0..100) {
+                0..=64 => Op::Write {
+                    start,
+                    len,
+                    fua: false,
+                },
+                65..=79 => Op::Write {
+                    start,
+                    len,
+                    fua: true,
+                },
+                _ => Op::Flush,
+            }
+        })
+        .collect()
+}
+
+fn run(e: &Engine, ops: &[Op]) -> usize {
+    let mut buf = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        let r = match *op {
+            Op::Write { start, len, fua } => {
+                buf.resize(len as usize * BS, 0);
+                pattern(i as u64 + 1, start, &mut buf);
+                e.write(start * BS as u64, &buf, fua)
+            }
+            Op::Flush => e.flush(),
+        };
+        if r.is_err() {
+            return i;
+        }
+    }
+    ops.len()
+}
+
+/// Every block holds its durable version or a later one (never garbage, never older).
+fn verify(e: &Engine, ops: &[Op], done: usize, blocks: u64, what: &str) {
+    let last_sync = ops[..done]
+        .iter()
+        .rposition(|o| matches!(o, Op::Flush | Op::Write { fua: true, .. }));
+    let mut versions: Vec<Vec<(usize, u64)>> = vec![vec![(usize::MAX, 0)]; blocks as usize];
+    for (i, op) in ops[..(done + 1).min(ops.len())].iter().enumerate() {
+        if let Op::Write { start, len, .. } = *op {
+            for b in start..start + len {
+                versions[b as usize].push((i, i as u64 + 1));
+            }
+        }
+    }
+    verify_blocks(e, 0, blocks, |b, got| {
+        let v = &versions[b as usize];
+        let durable = v
+            .iter()
+            .rposition(|&(i, _)| i != usize::MAX && last_sync.is_some_and(|s| i <= s))
+            .unwrap_or(0);
+        let ok: Vec<u64> = v[durable..].iter().map(|&(_, id)| id).collect();
+        if ok.contains(&got) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{what}: block {b} reads write {got}, acceptable {ok:?} (done {done})"
+            ))
+        }
+    });
+}
+
+/// Stop the workload after every device write (counted over all devices), then cut each
+/// device's power on its own: it keeps all, none or a random part of its unflushed writes.
+#[test]
+fn power_cut_each_device_independently_at_every_write() {
+    let release = !cfg!(debug_assertions);
+    let seeds = if release { 2 } else { 1 };
+    let nops = if release { 40 } else { 25 };
+    let mut points = 0;
+    for seed in 0..seeds {
+        let fresh = || {
+            let (c, d) = members(8, &[12, 12]);
+            format(&*compose(&c, &d), 4);
+            (c, d)
+        };
+        let (c, d) = fresh();
+        let outer = Arc::new(FaultyDevice::new(compose(&c, &d)).unwrap());
+        let e = open(outer.clone(), opts());
+        let blocks = e.capacity() / BS as u64;
+        let ops = workload(seed, nops, blocks, e.chunk_size() / BS as u64);
+        assert_eq!(run(&e, &ops), ops.len());
+        crash(e);
+        let total = outer.write_count();
+        for k in (0..=total).step_by(if release { 1 } else { 4 }) {
+            let pat = k % 3;
+            let (c, d) = fresh();
+            let outer = Arc::new(FaultyDevice::new(compose(&c, &d)).unwrap());
+            outer.cut_power_after_writes(k);
+            let done = match Engine::open(outer.clone(), opts()) {
+                Ok(e) => {
+                    let n = run(&e, &ops);
+                    e.crash_for_test();
+                    n
+                }
+                Err(_) => 0,
+            };
+            let mut rng = StdRng::seed_from_u64(seed * 7919 + k);
+            let mut cut = |n: usize| -> Vec<bool> {
+                (0..n)
+                    .map(|_| match pat {
+                        0 => true,
+                        1 => false,
+                        _ => rng.gen_bool(0.5),
+                    })
+                    .collect()
+            };
+            let keep = cut(c.pending_writes());
+            c.power_cut(|i| keep[i]).unwrap();
+            for x in &d {
+                // Each drive on its own draw: one keeps its cache, another loses it.
+                let keep = cut(x.pending_writes());
+                x.power_cut(|i| keep[i]).unwrap();
+            }
+            let what = format!("seed {seed} cut after write {k} pattern {pat}");
+            let e = Engine::open(compose(&c, &d), opts())
+                .unwrap_or_else(|err| panic!("{what}: reopen: {err}"));
+            verify(&e, &ops, done, blocks, &what);
+            crash(e);
+            points += 1;
+        }
+    }
+    eprintln!("multi-device power cuts: {points} crash points verified");
+    assert!(points > 100, "only {points} crash points");
+}

@@ -1,0 +1,255 @@
+//! dm-zoned's multi-device volume as one [`ZonedDevice`]: a regular cache device (member 0,
+//! conventional zones, see [`crate::RegularDevice`]) followed by one or more zoned drives,
+//! in one zone address space (reference §1.1, §3.5).
+//!
+//! Member `i` starts at zone `first_zone(i)` = the zones of members `0..i` (the cache
+//! device's trailing runt zone included, as the kernel counts it). A zone never spans two
+//! members, so every request goes to exactly one member, translated by its zone offset.
+//!
+//! Flush: each member remembers whether it took a write (or a zone reset) since its last
+//! flush; [`ZonedDevice::flush`] flushes exactly those members (in parallel), so after it
+//! every completed write on every drive is durable; [`ZonedDevice::flush_member`] flushes
+//! one. The engine's one flush point before each metadata commit therefore also flushes the
+//! zoned drives its new metadata points into (the kernel flushes only the metadata device,
+//! reference §5).
+
+use crate::{Geometry, Member, Result, ZbdError, Zone, ZoneCondition, ZoneOp, ZonedDevice};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+struct Part {
+    dev: Arc<dyn ZonedDevice>,
+    first_zone: u32,
+    nr_zones: u32,
+    /// Wrote or reset since the last successful flush.
+    dirty: AtomicBool,
+}
+
+/// A cache device and zoned drives as one device (see the module docs).
+pub struct MultiDevice {
+    parts: Vec<Part>,
+    geo: Geometry,
+}
+
+impl MultiDevice {
+    /// Composes `cache` (every zone conventional, or offline) and `zoned` (each with
+    /// sequential zones, all of one zone size, which must be the cache's zone size).
+    pub fn new(cache: Arc<dyn ZonedDevice>, zoned: Vec<Arc<dyn ZonedDevice>>) -> Result<Self> {
+        if zoned.is_empty() {
+            return Err(ZbdError::Open(
+                "a multi-device volume needs at least one zoned drive".into(),
+            ));
+        }
+        let cg = cache.geometry();
+        if cache
+            .report_all()?
+            .iter()
+            .any(|z| z.zone_type.is_sequential())
+        {
+            return Err(ZbdError::Open(format!(
+                "{} is a zoned device: the cache must be a regular device or file",
+                cache.describe()
+            )));
+        }
+        let mut geo = Geometry { ..cg };
+        let mut parts = vec![Part {
+            first_zone: 0,
+            nr_zones: cg.nr_zones,
+            dev: cache,
+            dirty: AtomicBool::new(false),
+        }];
+        let mut next = cg.nr_zones;
+        for d in zoned {
+            let g = d.geometry();
+            if g.zone_size != cg.zone_size {
+                return Err(ZbdError::Open(format!(
+                    "{}: zone size {} bytes differs from the cache's {} (every drive of a \
+                     volume needs the same zone size)",
+                    d.describe(),
+                    g.zone_size,
+                    cg.zone_size
+                )));
+            }
+            if !d.report_all()?.iter().any(|z| z.zone_type.is_sequential()) {
+                return Err(ZbdError::Open(format!(
+                    "{} has no sequential zones: a regular device cannot be a zoned drive \
+                     (give it as the cache)",
+                    d.describe()
+                )));
+            }
+            geo.zone_capacity = geo.zone_capacity.min(g.zone_capacity);
+            geo.block_size = geo.block_size.max(g.block_size);
+            geo.max_open_zones = min_limit(geo.max_open_zones, g.max_open_zones);
+            geo.max_active_zones = min_limit(geo.max_active_zones, g.max_active_zones);
+            let nr = g.nr_zones;
+            parts.push(Part {
+                first_zone: next,
+                nr_zones: nr,
+                dev: d,
+                dirty: AtomicBool::new(false),
+            });
+            next = next
+                .checked_add(nr)
+                .ok_or_else(|| ZbdError::Open("too many zones for 32-bit zone ids".into()))?;
+        }
+        geo.nr_zones = next;
+        Ok(MultiDevice { parts, geo })
+    }
+
+    /// The member holding zone `zone` and the zone's number on it.
+    fn part_of_zone(&self, zone: u32) -> Result<(&Part, u32)> {
+        let i = self.parts.partition_point(|p| p.first_zone <= zone);
+        match i.checked_sub(1).map(|i| &self.parts[i]) {
+            Some(p) if zone < p.first_zone + p.nr_zones => Ok((p, zone - p.first_zone)),
+            _ => Err(ZbdError::Invalid(format!("zone {zone} does not exist"))),
+        }
+    }
+
+    /// The member holding byte `offset` and the offset on it.
+    fn part_of(&self, offset: u64) -> Result<(&Part, u64)> {
+        let (p, _) = self.part_of_zone(self.geo.zone_of(offset))?;
+        Ok((p, offset - self.geo.zone_start(p.first_zone)))
+    }
+
+    fn flush_part(p: &Part) -> Result<()> {
+        if !p.dirty.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        p.dev
+            .flush()
+            .inspect_err(|_| p.dirty.store(true, Ordering::Release))
+    }
+}
+
+/// The tighter of two limits where 0 means none.
+fn min_limit(a: u32, b: u32) -> u32 {
+    match (a, b) {
+        (0, x) | (x, 0) => x,
+        (a, b) => a.min(b),
+    }
+}
+
+fn shift(mut z: Zone, p: &Part, zone_size: u64) -> Zone {
+    let base = p.first_zone as u64 * zone_size;
+    z.id += p.first_zone;
+    z.start += base;
+    z.wp += base;
+    z
+}
+
+impl ZonedDevice for MultiDevice {
+    fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    fn report_zones(&self, first: u32, nr: u32) -> Result<Vec<Zone>> {
+        let end = first.saturating_add(nr).min(self.geo.nr_zones);
+        let mut out = Vec::with_capacity(end.saturating_sub(first) as usize);
+        let mut z = first;
+        while z < end {
+            let (p, local) = self.part_of_zone(z)?;
+            let n = (p.nr_zones - local).min(end - z);
+            for zone in p.dev.report_zones(local, n)? {
+                out.push(shift(zone, p, self.geo.zone_size));
+            }
+            z += n;
+        }
+        Ok(out)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let (p, off) = self.part_of(offset)?;
+        p.dev.read_at(buf, off)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        let (p, off) = self.part_of(offset)?;
+        // Dirty before the write: a flush that starts after the write completes sees it.
+        p.dirty.store(true, Ordering::Release);
+        p.dev.write_at(buf, off)
+    }
+
+    fn writev_at(&self, bufs: &[&[u8]], offset: u64) -> Result<()> {
+        let (p, off) = self.part_of(offset)?;
+        p.dirty.store(true, Ordering::Release);
+        p.dev.writev_at(bufs, off)
+    }
+
+    fn zone_mgmt(&self, op: ZoneOp, zone: u32) -> Result<()> {
+        let (p, local) = self.part_of_zone(zone)?;
+        p.dirty.store(true, Ordering::Release);
+        p.dev.zone_mgmt(op, local)
+    }
+
+    fn reset_all(&self) -> Result<()> {
+        for p in &self.parts[1..] {
+            p.dirty.store(true, Ordering::Release);
+            p.dev.reset_all()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<()> {
+        let dirty: Vec<&Part> = self
+            .parts
+            .iter()
+            .filter(|p| p.dirty.load(Ordering::Acquire))
+            .collect();
+        if dirty.len() <= 1 {
+            return dirty.into_iter().try_for_each(Self::flush_part);
+        }
+        // Drives flush in parallel: a flush of an SMR drive can take tens of milliseconds.
+        std::thread::scope(|s| {
+            let hs: Vec<_> = dirty
+                .iter()
+                .map(|p| s.spawn(|| Self::flush_part(p)))
+                .collect();
+            let mut first = Ok(());
+            for h in hs {
+                let r = h
+                    .join()
+                    .unwrap_or_else(|_| Err(ZbdError::device("flush thread panicked", libc::EIO)));
+                if first.is_ok() {
+                    first = r;
+                }
+            }
+            first
+        })
+    }
+
+    fn flush_member(&self, index: usize) -> Result<()> {
+        let p = self
+            .parts
+            .get(index)
+            .ok_or_else(|| ZbdError::Invalid(format!("member {index} does not exist")))?;
+        Self::flush_part(p)
+    }
+
+    fn describe(&self) -> String {
+        let names: Vec<String> = self.parts[1..].iter().map(|p| p.dev.describe()).collect();
+        format!(
+            "cache {} + zoned {}",
+            self.parts[0].dev.describe(),
+            names.join(", ")
+        )
+    }
+
+    fn members(&self) -> Vec<Member> {
+        self.parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Member {
+                index: i,
+                name: p.dev.describe(),
+                first_zone: p.first_zone,
+                nr_zones: p.nr_zones,
+                cache: i == 0,
+            })
+            .collect()
+    }
+
+    fn set_zone_condition(&self, zone: u32, cond: ZoneCondition) -> Result<()> {
+        let (p, local) = self.part_of_zone(zone)?;
+        p.dev.set_zone_condition(local, cond)
+    }
+}
