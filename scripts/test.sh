@@ -6,12 +6,13 @@
 #
 # Two lanes run side by side once the release binary is built, because a TCG guest keeps only
 # about 1.6 of the 2 cores busy and most host test phases keep one:
-#   lane A (background, log in target/ci/lane-a.log): every VM scenario on kernel 6.12 but the
-#     package one, the power-cut loop, then the kernel 7.3 scenarios; on a copy of the binary
-#     (target/ci/zonedd), so that the host tests' builds can never change it under a guest;
+#   lane A (background, log in target/ci/lane-a.log): the xfstests build, every VM scenario on
+#     kernel 6.12 but the package one (xfstests included), then the power-cut loop; on a copy of
+#     the binary (target/ci/zonedd), so that the host tests' builds can never change it under a
+#     guest;
 #   lane B (this shell, niced so that the guests keep their pace): clippy, the host tests, the
 #     long engine tests (model and power cuts, side by side), the fuzz smoke run, the Debian
-#     package and its VM scenario.
+#     package and its VM scenario, then the kernel 7.3 scenarios.
 # Lane A's summary (and the end of its log if it failed) comes at the end; the exit status is
 # non-zero if anything failed in either lane. Each phase prints its time since the start.
 set -euo pipefail
@@ -37,16 +38,12 @@ export ZONEDD
 # dmzoned-interop": the whole suite must stay well inside CI's limit.
 k73_scenarios=${ZONEDD_TEST_KERNEL_73:-kernel-smoke ublk-recover dmzoned-interop}
 [ "${ZONEDD_VM_KERNEL:-6.12}" != 7.3 ] || k73_scenarios=""
-# xfstests (tests/vm/xfstests.sh) is out of the default pass until its time under CI is known:
-# one quick test took 4-16 minutes of a loaded TCG guest (docs/vm-testing.md);
-# ZONEDD_TEST_XFSTESTS=1 puts it in lane A.
 lane_a_scenarios=()
 for f in tests/vm/*.sh; do
     n=$(basename "$f" .sh)
     case $n in
     package) ;;       # lane B: it needs the package built there
     powercut-loop) ;; # alone it only says SKIP: powercut-host.sh below boots it twice a round
-    xfstests) [ -z "${ZONEDD_TEST_XFSTESTS:-}" ] || lane_a_scenarios+=("$n") ;;
     *) lane_a_scenarios+=("$n") ;;
     esac
 done
@@ -54,19 +51,12 @@ lane_a() {
     local t0 rc=0
     t0=$(date +%s)
     aphase() { echo "== [lane A $(($(date +%s) - t0)) s] $*"; }
-    if [ -n "${ZONEDD_TEST_XFSTESTS:-}" ]; then
-        aphase "xfstests build (scripts/xfstests-build.sh; quick once built)"
-        scripts/xfstests-build.sh >/dev/null || return 1
-    fi
+    aphase "xfstests build (scripts/xfstests-build.sh, for tests/vm/xfstests.sh; quick once built)"
+    scripts/xfstests-build.sh >/dev/null || return 1
     aphase "VM scenarios (real kernel in qemu: ${ZONEDD_VM_KERNEL:-6.12}): ${lane_a_scenarios[*]}"
     scripts/vm-test.sh --no-build "${lane_a_scenarios[@]}" || rc=1
     aphase "power-cut loop (tests/vm/powercut-loop.sh driven from the host: two boots per round)"
     scripts/vm/powercut-host.sh || rc=1
-    if [ -n "$k73_scenarios" ]; then
-        aphase "VM scenarios on kernel 7.3 (ZONEDD_VM_KERNEL=7.3): $k73_scenarios"
-        # shellcheck disable=SC2086 # a list of scenario names
-        ZONEDD_VM_KERNEL=7.3 scripts/vm-test.sh --no-build $k73_scenarios || rc=1
-    fi
     aphase "lane A done: $([ "$rc" = 0 ] && echo passed || echo FAILED)"
     return "$rc"
 }
@@ -111,6 +101,11 @@ lane_b() {
     export ZONEDD_VM_DEB
     phase "VM scenario package (6.12): dpkg -i, the files, dpkg -r"
     scripts/vm-test.sh --no-build package || return 1
+    if [ -n "$k73_scenarios" ]; then
+        phase "VM scenarios on kernel 7.3 (ZONEDD_VM_KERNEL=7.3): $k73_scenarios"
+        # shellcheck disable=SC2086 # a list of scenario names
+        ZONEDD_VM_KERNEL=7.3 scripts/vm-test.sh --no-build $k73_scenarios || return 1
+    fi
 }
 lane_b || b_rc=1
 [ "$b_rc" = 0 ] || phase "lane B FAILED (above); waiting for lane A"
