@@ -102,14 +102,7 @@ fn summary(path: &Path, dev: &dyn ZonedDevice, l: &Layout, sb: &Superblock) -> S
         .iter()
         .filter(|_| !l.tertiary_zones.is_empty())
     {
-        devices += &format!(
-            "  device {}         {}, zones {}-{}: {}\n",
-            m.index,
-            if m.cache { "cache" } else { "zoned" },
-            m.first_zone,
-            m.first_zone + m.nr_zones - 1,
-            m.name
-        );
+        devices += &format!("  {m}\n");
     }
     let kind = if l.tertiary_zones.is_empty() {
         "conventional"

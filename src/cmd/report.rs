@@ -73,15 +73,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     let mut out = String::new();
     for m in members.iter().filter(|_| members.len() > 1) {
-        let _ = writeln!(
-            out,
-            "device {} ({}): zones {}-{}: {}",
-            m.index,
-            if m.cache { "cache" } else { "zoned" },
-            m.first_zone,
-            m.first_zone + m.nr_zones - 1,
-            m.name
-        );
+        let _ = writeln!(out, "{m}");
     }
     for z in &zones {
         let _ = writeln!(

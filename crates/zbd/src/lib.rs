@@ -241,6 +241,21 @@ pub struct Member {
     pub cache: bool,
 }
 
+/// `device 0 (cache): zones 0-7: /dev/nullb0`, as `format`, `report` and `status` list members.
+impl std::fmt::Display for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "device {} ({}): zones {}-{}: {}",
+            self.index,
+            if self.cache { "cache" } else { "zoned" },
+            self.first_zone,
+            (self.first_zone + self.nr_zones).saturating_sub(1),
+            self.name
+        )
+    }
+}
+
 /// A zoned block device: emulated, real, or a test wrapper around either.
 ///
 /// Implementations are shared between threads (`&self` everywhere) and enforce the rules a
