@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use dmz::engine::{Engine, EngineOptions};
+use dmz::engine::Engine;
 use dmz::format::{Layout, Superblock, BLOCK};
 use dmz::sets::{format_device, FormatOptions};
 use rand::rngs::StdRng;
@@ -186,17 +186,6 @@ enum Op {
     Flush,
 }
 
-fn opts() -> EngineOptions {
-    let mut o = test_opts();
-    o.commit_interval = std::time::Duration::from_secs(3600);
-    o.log_commit_pct = 101;
-    o.cache_bitmap_blocks = 4096;
-    o.reclaim.low_free_pct = 0;
-    o.reclaim.high_free_pct = 0;
-    o.reclaim.wait_timeout = std::time::Duration::from_secs(10);
-    o
-}
-
 fn workload(seed: u64, n: usize, blocks: u64, chunk: u64) -> Vec<Op> {
     let mut rng = StdRng::seed_from_u64(seed);
     (0..n)
@@ -292,7 +281,7 @@ fn power_cut_each_device_independently_at_every_write() {
         };
         let (c, d) = fresh();
         let outer = Arc::new(FaultyDevice::new(compose(&c, &d)).unwrap());
-        let e = open(outer.clone(), opts());
+        let e = open(outer.clone(), power_cut_opts());
         let blocks = e.capacity() / BS as u64;
         let ops = workload(seed, nops, blocks, e.chunk_size() / BS as u64);
         assert_eq!(run(&e, &ops), ops.len());
@@ -303,7 +292,7 @@ fn power_cut_each_device_independently_at_every_write() {
             let (c, d) = fresh();
             let outer = Arc::new(FaultyDevice::new(compose(&c, &d)).unwrap());
             outer.cut_power_after_writes(k);
-            let done = match Engine::open(outer.clone(), opts()) {
+            let done = match Engine::open(outer.clone(), power_cut_opts()) {
                 Ok(e) => {
                     let n = run(&e, &ops);
                     e.crash_for_test();
@@ -329,7 +318,7 @@ fn power_cut_each_device_independently_at_every_write() {
                 x.power_cut(|i| keep[i]).unwrap();
             }
             let what = format!("seed {seed} cut after write {k} pattern {pat}");
-            let e = Engine::open(compose(&c, &d), opts())
+            let e = Engine::open(compose(&c, &d), power_cut_opts())
                 .unwrap_or_else(|err| panic!("{what}: reopen: {err}"));
             verify(&e, &ops, done, blocks, &what);
             crash(e);

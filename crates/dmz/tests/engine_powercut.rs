@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use dmz::engine::{Engine, EngineOptions};
+use dmz::engine::Engine;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zbd::{FaultyDevice, ZonedDevice};
@@ -19,19 +19,6 @@ enum Op {
     Write { start: u64, len: u64, fua: bool },
     Discard { start: u64, len: u64 },
     Flush,
-}
-
-fn opts() -> EngineOptions {
-    let mut o = test_opts();
-    // Keep the device-write sequence deterministic: no timer commits, reclaim only when a
-    // writer waits for a zone.
-    o.commit_interval = std::time::Duration::from_secs(3600);
-    o.log_commit_pct = 101;
-    o.cache_bitmap_blocks = 4096;
-    o.reclaim.low_free_pct = 0;
-    o.reclaim.high_free_pct = 0;
-    o.reclaim.wait_timeout = std::time::Duration::from_secs(10);
-    o
 }
 
 fn workload(seed: u64, n: usize, blocks: u64, chunk: u64) -> Vec<Op> {
@@ -149,7 +136,7 @@ fn power_cut_at_every_write() {
     for seed in first..first + seeds {
         // Dry run: how many device writes the workload makes.
         let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
-        let e = open(dev.clone(), opts());
+        let e = open(dev.clone(), power_cut_opts());
         let cap_blocks = e.capacity() / BS as u64;
         let ops = workload(seed, nops, cap_blocks, e.chunk_size() / BS as u64);
         assert_eq!(run(&e, &ops), ops.len());
@@ -165,7 +152,7 @@ fn power_cut_at_every_write() {
                 let t0 = std::time::Instant::now();
                 let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
                 dev.cut_power_after_writes(k);
-                let done = match Engine::open(dev.clone(), opts()) {
+                let done = match Engine::open(dev.clone(), power_cut_opts()) {
                     Ok(e) => {
                         let d = run(&e, &ops);
                         // The device is dead: no consistency check (it reads bitmaps).
@@ -185,7 +172,7 @@ fn power_cut_at_every_write() {
                 dev.power_cut(|i| keep[i]).unwrap();
                 let what = format!("seed {seed} cut after write {k} pattern {pat}");
                 let d2: Arc<dyn ZonedDevice> = dev.clone();
-                let e = Engine::open(d2, opts())
+                let e = Engine::open(d2, power_cut_opts())
                     .unwrap_or_else(|err| panic!("{what}: reopen failed: {err}"));
                 verify(&e, &ops, done, cap_blocks, &what);
                 crash(e);

@@ -209,6 +209,19 @@ pub fn test_opts() -> EngineOptions {
     o
 }
 
+/// [`test_opts`] with a deterministic device-write sequence, for the power-cut tests: no timer
+/// commits, no log-triggered commits, reclaim only when a writer waits for a zone.
+pub fn power_cut_opts() -> EngineOptions {
+    let mut o = test_opts();
+    o.commit_interval = std::time::Duration::from_secs(3600);
+    o.log_commit_pct = 101;
+    o.cache_bitmap_blocks = 4096;
+    o.reclaim.low_free_pct = 0;
+    o.reclaim.high_free_pct = 0;
+    o.reclaim.wait_timeout = std::time::Duration::from_secs(10);
+    o
+}
+
 pub fn open(dev: Arc<dyn ZonedDevice>, opts: EngineOptions) -> Engine {
     Engine::open(dev, opts).expect("engine open")
 }
