@@ -51,10 +51,19 @@ lane_a() {
     local t0 rc=0
     t0=$(date +%s)
     aphase() { echo "== [lane A $(($(date +%s) - t0)) s] $*"; }
+    local scenarios=("${lane_a_scenarios[@]}") xrc=0
     aphase "xfstests build (scripts/xfstests-build.sh, for tests/vm/xfstests.sh; quick once built)"
-    scripts/xfstests-build.sh >/dev/null || return 1
-    aphase "VM scenarios (real kernel in qemu: ${ZONEDD_VM_KERNEL:-6.12}): ${lane_a_scenarios[*]}"
-    scripts/vm-test.sh --no-build "${lane_a_scenarios[@]}" || rc=1
+    scripts/xfstests-build.sh >/dev/null || xrc=$?
+    if [ "$xrc" = 3 ]; then
+        # No snapshot beside the checkout: say so loudly, run everything else.
+        echo "xfstests: SKIPPED: no xfstests snapshot in ../shared/third_party/xfstests/"
+        scenarios=("${scenarios[@]/xfstests/}")
+    elif [ "$xrc" != 0 ]; then
+        return 1
+    fi
+    aphase "VM scenarios (real kernel in qemu: ${ZONEDD_VM_KERNEL:-6.12}): ${scenarios[*]}"
+    # shellcheck disable=SC2068 # an emptied entry must vanish, not become an empty name
+    scripts/vm-test.sh --no-build ${scenarios[@]} || rc=1
     aphase "power-cut loop (tests/vm/powercut-loop.sh driven from the host: two boots per round)"
     scripts/vm/powercut-host.sh || rc=1
     aphase "lane A done: $([ "$rc" = 0 ] && echo passed || echo FAILED)"
@@ -114,7 +123,7 @@ phase "waiting for lane A (the VM scenarios)"
 a_rc=0
 wait "$lane_a_pid" || a_rc=$?
 lane_a_pid=""
-grep -E "^== \[lane A|^vm: |^  [a-z0-9-]+ +(PASS|FAIL)|^powercut-loop:|^kernel 7.3" "$lane_a_log" || true
+grep -E "^== \[lane A|^xfstests: |^vm: |^  [a-z0-9-]+ +(PASS|FAIL)|^powercut-loop:|^kernel 7.3" "$lane_a_log" || true
 if [ "$a_rc" != 0 ]; then
     echo "== lane A failed: the last 400 lines of $lane_a_log"
     tail -n 400 "$lane_a_log"
