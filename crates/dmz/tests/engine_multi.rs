@@ -7,6 +7,7 @@ mod common;
 
 use std::sync::Arc;
 
+use common::powercut::{run, verify, Op};
 use common::*;
 use dmz::engine::Engine;
 use dmz::format::{Layout, Superblock, BLOCK};
@@ -180,12 +181,6 @@ fn a_missing_foreign_or_misplaced_drive_is_refused() {
 // ---------------------------------------------------------------------------------------
 // Power cuts
 
-#[derive(Debug, Clone, Copy)]
-enum Op {
-    Write { start: u64, len: u64, fua: bool },
-    Flush,
-}
-
 fn workload(seed: u64, n: usize, blocks: u64, chunk: u64) -> Vec<Op> {
     let mut rng = StdRng::seed_from_u64(seed);
     (0..n)
@@ -215,54 +210,6 @@ fn workload(seed: u64, n: usize, blocks: u64, chunk: u64) -> Vec<Op> {
             }
         })
         .collect()
-}
-
-fn run(e: &Engine, ops: &[Op]) -> usize {
-    let mut buf = Vec::new();
-    for (i, op) in ops.iter().enumerate() {
-        let r = match *op {
-            Op::Write { start, len, fua } => {
-                buf.resize(len as usize * BS, 0);
-                pattern(i as u64 + 1, start, &mut buf);
-                e.write(start * BS as u64, &buf, fua)
-            }
-            Op::Flush => e.flush(),
-        };
-        if r.is_err() {
-            return i;
-        }
-    }
-    ops.len()
-}
-
-/// Every block holds its durable version or a later one (never garbage, never older).
-fn verify(e: &Engine, ops: &[Op], done: usize, blocks: u64, what: &str) {
-    let last_sync = ops[..done]
-        .iter()
-        .rposition(|o| matches!(o, Op::Flush | Op::Write { fua: true, .. }));
-    let mut versions: Vec<Vec<(usize, u64)>> = vec![vec![(usize::MAX, 0)]; blocks as usize];
-    for (i, op) in ops[..(done + 1).min(ops.len())].iter().enumerate() {
-        if let Op::Write { start, len, .. } = *op {
-            for b in start..start + len {
-                versions[b as usize].push((i, i as u64 + 1));
-            }
-        }
-    }
-    verify_blocks(e, 0, blocks, |b, got| {
-        let v = &versions[b as usize];
-        let durable = v
-            .iter()
-            .rposition(|&(i, _)| i != usize::MAX && last_sync.is_some_and(|s| i <= s))
-            .unwrap_or(0);
-        let ok: Vec<u64> = v[durable..].iter().map(|&(_, id)| id).collect();
-        if ok.contains(&got) {
-            Ok(())
-        } else {
-            Err(format!(
-                "{what}: block {b} reads write {got}, acceptable {ok:?} (done {done})"
-            ))
-        }
-    });
 }
 
 /// Stop the workload after every device write (counted over all devices), then cut each

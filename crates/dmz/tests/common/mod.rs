@@ -4,8 +4,11 @@
 //! - raw access for corruption injection, metadata set blocks read and edited in place;
 //! - the data pattern of a block written by a given write, and what a block read back holds;
 //! - engine options, open, and close or crash, each after the engine's consistency checker;
-//! - read-back verification against what was written.
+//! - read-back verification against what was written;
+//! - the power-cut tests' operations and acceptance model ([`powercut`]).
 #![allow(dead_code)]
+
+pub mod powercut;
 
 use std::sync::Arc;
 

@@ -1,0 +1,71 @@
+//! The power-cut tests' shared model: a workload's operations, running them until the device
+//! dies, and what every block may read back after the cut.
+
+use dmz::engine::Engine;
+
+use super::{block_id, pattern, BS};
+
+#[derive(Debug, Clone, Copy)]
+pub enum Op {
+    Write { start: u64, len: u64, fua: bool },
+    Discard { start: u64, len: u64 },
+    Flush,
+}
+
+/// Run ops until one fails; returns how many completed.
+pub fn run(e: &Engine, ops: &[Op]) -> usize {
+    let mut buf = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        let r = match *op {
+            Op::Write { start, len, fua } => {
+                buf.resize(len as usize * BS, 0);
+                pattern(i as u64 + 1, start, &mut buf);
+                e.write(start * BS as u64, &buf, fua)
+            }
+            Op::Discard { start, len } => e.discard(start * BS as u64, len * BS as u64),
+            Op::Flush => e.flush(),
+        };
+        if r.is_err() {
+            return i;
+        }
+    }
+    ops.len()
+}
+
+/// Check every block after a cut: `done` ops completed, op `done` (if any) was in flight.
+pub fn verify(e: &Engine, ops: &[Op], done: usize, blocks: u64, what: &str) {
+    let last_sync = ops[..done]
+        .iter()
+        .rposition(|o| matches!(o, Op::Flush | Op::Write { fua: true, .. }));
+    let mut got = vec![0u8; blocks as usize * BS];
+    e.read(0, &mut got)
+        .unwrap_or_else(|err| panic!("{what}: read: {err}"));
+    // Per block: the acceptable write ids (0 = zeros).
+    let mut versions: Vec<Vec<(usize, u64)>> = vec![vec![(usize::MAX, 0)]; blocks as usize];
+    let upto = (done + 1).min(ops.len());
+    for (i, op) in ops[..upto].iter().enumerate() {
+        let (s, l, id) = match *op {
+            Op::Write { start, len, .. } => (start, len, i as u64 + 1),
+            Op::Discard { start, len } => (start, len, 0),
+            Op::Flush => continue,
+        };
+        for b in s..s + l {
+            versions[b as usize].push((i, id));
+        }
+    }
+    for b in 0..blocks as usize {
+        let v = &versions[b];
+        // The durable version: the last one written by an op before the last sync.
+        let durable = v
+            .iter()
+            .rposition(|&(i, _)| i != usize::MAX && last_sync.is_some_and(|s| i <= s))
+            .unwrap_or(0);
+        let ok: Vec<u64> = v[durable..].iter().map(|&(_, id)| id).collect();
+        let blk = &got[b * BS..(b + 1) * BS];
+        let id = block_id(blk, b as u64).unwrap_or_else(|m| panic!("{what}: {m}"));
+        assert!(
+            ok.contains(&id),
+            "{what}: block {b} reads write {id}, acceptable {ok:?} (done {done}, last sync {last_sync:?})"
+        );
+    }
+}
