@@ -28,20 +28,6 @@ dm=/dev/mapper/$name
 
 step() { vm_step "[$((SECONDS - t0)) s] $*"; }
 
-# make_regular_nullb NAME SIZE_MB: a memory-backed null_blk that is not zoned.
-make_regular_nullb() {
-    local d=/sys/kernel/config/nullb/$1
-    mkdir "$d"
-    echo 4096 >"$d/blocksize"
-    echo "$2" >"$d/size"
-    echo 1 >"$d/memory_backed"
-    echo 1 >"$d/power"
-    local dev=/dev/$1
-    [ -e "/sys/block/$1" ] || dev=/dev/nullb$(cat "$d/index")
-    wait_for_path "$dev"
-    printf '%s\n' "$dev"
-}
-
 cleanup() {
     dmsetup remove "$name" 2>/dev/null || true
     [ -z "${zb:-}" ] || remove_nullb "$zb" 2>/dev/null || true
@@ -51,7 +37,7 @@ trap cleanup EXIT
 
 step "null_blk: zoned 24 x 16 MiB (no conventional zones), regular 128 MiB"
 zb=$(make_nullb dmzmz $((24 * 16)) 16 0)
-cb=$(make_regular_nullb dmzmc 128)
+cb=$(make_nullb dmzmc 128 0 0) # not zoned: the cache device
 [ "$(zoned_model "$cb")" = none ] || vm_fail "$cb is not a regular device"
 zone_sectors=$(cat "/sys/block/${zb#/dev/}/queue/chunk_sectors")
 [ "$zone_sectors" = $((C / 512)) ] || vm_fail "zone size is $zone_sectors sectors"
