@@ -14,7 +14,7 @@
 # nothing of the host's tree changes). ./check runs from a copy of the build on guest tmpfs.
 # Knobs: ZONEDD_VM_XFSTESTS="generic/075 ..." runs those tests instead of the list;
 # ZONEDD_VM_XFSTESTS_ONLY=zonedd|baseline runs one side only (no comparison).
-# vm-timeout: 1500
+# vm-timeout: 2400
 # vm-memory: 4G
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
