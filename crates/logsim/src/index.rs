@@ -215,22 +215,13 @@ impl PageSampler {
                 return (pos / PAGE_ENTRIES) as u32;
             }
         }
-        let block = match self.skew {
-            Skew::Uniform => self.rng.gen_range(0..self.blocks),
-            Skew::HotCold { frac, share } => {
-                let hot = ((self.blocks as f64 * frac) as u64).clamp(1, self.blocks - 1);
-                if self.rng.gen::<f64>() < share {
-                    self.rng.gen_range(0..hot)
-                } else {
-                    self.rng.gen_range(hot..self.blocks)
-                }
-            }
-            Skew::Zipf { .. } => {
+        match self.skew.draw_flat(&mut self.rng, self.blocks) {
+            Some(block) => (block / PAGE_ENTRIES) as u32,
+            None => {
                 let u: f64 = self.rng.gen();
-                return self.page_cdf.partition_point(|&c| c < u) as u32;
+                self.page_cdf.partition_point(|&c| c < u) as u32
             }
-        };
-        (block / PAGE_ENTRIES) as u32
+        }
     }
 }
 

@@ -55,6 +55,25 @@ impl FromStr for Skew {
     }
 }
 
+impl Skew {
+    /// A block of `0..blocks` drawn by a uniform or hot/cold skew; `None` for Zipf, whose
+    /// callers draw from their own cumulative distribution (of blocks or of index pages).
+    pub(crate) fn draw_flat(&self, rng: &mut StdRng, blocks: u64) -> Option<u64> {
+        match *self {
+            Skew::Uniform => Some(rng.gen_range(0..blocks)),
+            Skew::HotCold { frac, share } => {
+                let hot = ((blocks as f64 * frac) as u64).clamp(1, blocks - 1);
+                Some(if rng.gen::<f64>() < share {
+                    rng.gen_range(0..hot)
+                } else {
+                    rng.gen_range(hot..blocks)
+                })
+            }
+            Skew::Zipf { .. } => None,
+        }
+    }
+}
+
 impl fmt::Display for Skew {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -145,21 +164,11 @@ impl Workload {
     }
 
     fn random_block(&mut self) -> u64 {
-        match self.skew {
-            Skew::Uniform => self.rng.gen_range(0..self.blocks),
-            Skew::HotCold { frac, share } => {
-                let hot = ((self.blocks as f64 * frac) as u64).clamp(1, self.blocks - 1);
-                if self.rng.gen::<f64>() < share {
-                    self.rng.gen_range(0..hot)
-                } else {
-                    self.rng.gen_range(hot..self.blocks)
-                }
-            }
-            Skew::Zipf { .. } => {
-                let u: f64 = self.rng.gen();
-                (self.zipf_cdf.partition_point(|&c| c < u) as u64).min(self.blocks - 1)
-            }
+        if let Some(b) = self.skew.draw_flat(&mut self.rng, self.blocks) {
+            return b;
         }
+        let u: f64 = self.rng.gen();
+        (self.zipf_cdf.partition_point(|&c| c < u) as u64).min(self.blocks - 1)
     }
 }
 
