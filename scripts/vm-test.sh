@@ -28,6 +28,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd -P)
 # shellcheck source=scripts/vm/lib.sh
 source "$ROOT/scripts/vm/lib.sh"
+vm_trap_errors
 
 build=1
 [ -z "${VM_TEST_NO_BUILD:-}" ] || build=0

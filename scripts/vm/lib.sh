@@ -30,6 +30,14 @@ vm_die() {
     exit 1
 }
 
+# Names the command when `set -e` ends the harness, which is otherwise silent (as when apt-cache
+# died of SIGPIPE under pipefail). Only the top-level shell speaks: command substitutions inherit
+# the trap (errtrace) and may fail on purpose behind `|| true`.
+vm_trap_errors() {
+    set -E
+    trap 'vm_err=$?; [ "$BASH_SUBSHELL" != 0 ] || vm_log "error: ${BASH_SOURCE[0]}:$LINENO: \"$BASH_COMMAND\" failed (exit $vm_err)"' ERR
+}
+
 # The cargo target directory (honours CARGO_TARGET_DIR and .cargo/config), absolute.
 vm_target_dir() {
     local dir
@@ -155,18 +163,18 @@ vm_resolve_kernel_pkg() {
         [ -n "$codename" ] || vm_die "cannot tell the Debian release from /etc/os-release"
         if [ "$codename" = bookworm ]; then
             vm_add_backports_source "$codename"
-            if ! apt-cache madison linux-image-amd64 | grep -q backports; then
+            if ! apt-cache madison linux-image-amd64 | grep backports >/dev/null; then
                 [ "$(id -u)" = 0 ] || vm_die "apt knows no ${codename}-backports packages; run apt-get update as root"
                 apt-get update -qq || vm_die "apt-get update failed"
             fi
         fi
     fi
     ver=$(apt-cache "${VM_APT[@]}" madison linux-image-amd64 |
-        awk -F'|' '$3 ~ /backports/ { gsub(/ /, "", $2); print $2; exit }')
+        awk -F'|' '$3 ~ /backports/ && !done { gsub(/ /, "", $2); print $2; done = 1 }')
     pkg=""
     if [ -n "$ver" ]; then
         pkg=$(apt-cache "${VM_APT[@]}" depends "linux-image-amd64=$ver" 2>/dev/null |
-            awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+            awk '/Depends: linux-image-[0-9]/ && !done { print $2; done = 1 }')
     fi
     case $pkg in
     "linux-image-$series".*-amd64) ;;

@@ -29,7 +29,7 @@ conformance() {
         failures+=("$label: no '0 failed' summary")
     fi
     for c in "$@"; do
-        grep -F "PASS " <<<"$out" | grep -qF -- "$c" || failures+=("$label: check '$c' did not pass")
+        grep -F "PASS " <<<"$out" | grep -F -- "$c" >/dev/null || failures+=("$label: check '$c' did not pass")
     done
 }
 

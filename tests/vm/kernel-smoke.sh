@@ -88,7 +88,7 @@ remove_scsi_debug
 vm_step "dm-zoned"
 modprobe dm-zoned
 [ -d /sys/module/dm_zoned ] || vm_fail "dm_zoned is not loaded"
-dmsetup targets | grep -qw zoned || vm_fail "dmsetup targets does not list 'zoned'"
+dmsetup targets | grep -w zoned >/dev/null || vm_fail "dmsetup targets does not list 'zoned'"
 echo "ok: dm-zoned target registered"
 modprobe -r dm-zoned
 

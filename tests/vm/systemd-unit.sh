@@ -48,7 +48,7 @@ show() { systemctl show --value -p "$2" "$1"; } # show UNIT PROPERTY
 state() { echo "$(show "$1" ActiveState)/$(show "$1" SubState)"; }
 has_dep() { # has_dep UNIT PROPERTY OTHER: OTHER is in UNIT's list PROPERTY (Requires, After, ...)
     # systemctl quotes names that hold a backslash ("dev-disk-by\\x2duuid-...")
-    show "$1" "$2" | tr ' ' '\n' | sed -e 's/^"//; s/"$//; s/\\\\/\\/g' | grep -qxF -- "$3"
+    show "$1" "$2" | tr ' ' '\n' | sed -e 's/^"//; s/"$//; s/\\\\/\\/g' | grep -xF -- "$3" >/dev/null
 }
 diagnose() {
     local u
@@ -199,7 +199,7 @@ else
     systemctl stop "$bad"
 fi
 msg="zonedd: $missing: No such file or directory (os error 2)"
-journal_of "$bad" | grep -qxF "$msg" || problem "the journal of $bad lacks the line '$msg'"
+journal_of "$bad" | grep -xF "$msg" >/dev/null || problem "the journal of $bad lacks the line '$msg'"
 echo "journal:"
 journalctl -b --no-pager -o short-monotonic -u "$bad" | tail -n 6
 [ "$(ls /sys/class/ublk-char)" = "ublkc$id" ] || problem "ublk devices besides ublkc$id after the failed starts: $(ls /sys/class/ublk-char)"

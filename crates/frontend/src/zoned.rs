@@ -584,7 +584,9 @@ mod tests {
     #[test]
     fn limits_the_zones_cannot_reach_are_none() {
         let dir = tempfile::tempdir().unwrap();
-        let limits = |max_open, max_active| {
+        // One image per call: a test beside this one that spawns a process can hold a copy of
+        // the previous image's fd (and its flock) between fork and exec.
+        let limits = |max_open: u32, max_active: u32| {
             let opts = zbd::EmulateOptions {
                 size: 16 << 20,
                 zone_size: 1 << 20,
@@ -594,7 +596,8 @@ mod tests {
                 max_active,
                 force: true,
             };
-            let dev = Arc::new(zbd::Emulated::create(&dir.path().join("l.img"), &opts).unwrap());
+            let path = dir.path().join(format!("l-{max_open}-{max_active}.img"));
+            let dev = Arc::new(zbd::Emulated::create(&path, &opts).unwrap());
             ZonedShared::new(dev, Arc::default()).unwrap().limits()
         };
         // 14 sequential zones
