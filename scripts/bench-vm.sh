@@ -5,12 +5,34 @@
 # guest).
 #
 #   scripts/bench-vm.sh [--quick] [--no-build] [--targets "raw dm zd-percpu zd-unbound8"]
-#                       [--no-docs] [--report-only DIR]
+#                       [--no-docs] [--report-only DIR] [--device nullb|hdd]
+#                       [--hdd-params "K=V ..."] [--phases "block fs"] [--runs N] [--fill-pct P]
+#                       [--settle-cap S] [--timeout S] [--no-dbench] [--zones N] [--ow-s S]
+#                       [--stable-s S] [--zone-mb M]
 #
 #   --quick        tiny sizes and a few seconds per job: tests the plumbing (a few minutes)
 #   --no-build     use the existing target/release/zonedd
 #   --no-docs      write the report into the results folder only, leave docs/ alone
 #   --report-only  redo the host side (tables, plots) for an earlier results folder
+#   --device       the zoned device under every target: a memory null_blk (nullb, the default:
+#                  CPU per request) or `zonedd expose --timing hdd` on an emulated SMR image in
+#                  guest RAM (hdd: the HDD model of docs/hdd-model.md; --hdd-params K=V ...
+#                  overrides its parameters); targets zd-unboundN take --pool unbound:N
+#   --phases       "block" (fio on the device), "fs" (xfs: dbench, fill, overwrites, umount,
+#                  reclaim settle), or both (the default)
+#   --runs N       the xfs phase N times per target, interleaved; the report adds median
+#                  [min-max] per target and ratios of medians (issue 15's seed experiment:
+#                  --device hdd --phases fs --runs 3 --targets "dm zd-percpu zd-unbound8
+#                  zd-unbound64")
+#   --fill-pct P   fill xfs to P % before the overwrites (default 70)
+#   --settle-cap S longest wait for reclaim to settle after umount (default 150 s)
+#   --stable-s S   reclaim counts as settled after S s without change (default 25: more than
+#                  the 10 s of idleness both reclaims wait for)
+#   --zones N      zones of the device (default 24 of 64 MiB, 6 conventional)
+#   --zone-mb M    their size (default 64)
+#   --ow-s S       seconds of 4 KiB random overwrites inside the files (default 15)
+#   --timeout S    the guest's limit (default 2400 s, 900 with --quick)
+#   --no-dbench    leave dbench out of the xfs phase
 #
 # Results: target/bench-vm/<UTC timestamp>[-quick]/ (results.tsv, fio JSON, per-second logs,
 # status snapshots, console.log, host.txt with the host's load). The full run takes about 30
@@ -24,6 +46,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd -P)
 source "$ROOT/scripts/vm/lib.sh"
 
 quick=0 build=1 docs=1 report_only="" targets="raw dm zd-percpu zd-unbound8"
+guest_args=() timeout_s=""
 [ -z "${ZONEDD:-}" ] || build=0
 while [ $# -gt 0 ]; do
     case $1 in
@@ -32,6 +55,12 @@ while [ $# -gt 0 ]; do
     --no-docs) docs=0 ;;
     --targets) targets=$2 && shift ;;
     --report-only) report_only=$2 && shift ;;
+    --device | --hdd-params | --phases | --runs | --fill-pct | --settle-cap | --zones | --zone-mb | --ow-s | --stable-s)
+        [ $# -ge 2 ] || vm_die "$1 needs a value (see --help)"
+        guest_args+=("$1" "$2") && shift
+        ;;
+    --timeout) timeout_s=$2 && shift ;;
+    --no-dbench) guest_args+=("$1") ;;
     -h | --help)
         sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
         exit 0
@@ -83,10 +112,12 @@ qargs=""
 [ "$quick" = 0 ] || qargs="--quick"
 cat >"$scenario" <<EOF
 #!/usr/bin/env bash
-exec bash $(vm_shq "$ROOT/scripts/bench/guest.sh") --out $(vm_shq "$out") --targets $(vm_shq "$targets") $qargs
+exec bash $(vm_shq "$ROOT/scripts/bench/guest.sh") --out $(vm_shq "$out") --targets $(vm_shq "$targets") $qargs $(for a in "${guest_args[@]}"; do printf '%s ' "$(vm_shq "$a")"; done)
 EOF
-timeout_s=2400
-[ "$quick" = 0 ] || timeout_s=900
+if [ -z "$timeout_s" ]; then
+    timeout_s=2400
+    [ "$quick" = 0 ] || timeout_s=900
+fi
 vm_log "bench: results in $out (load: $(cut -d' ' -f1-3 /proc/loadavg))"
 name=bench-vm
 [ "$quick" = 0 ] || name=bench-vm-quick

@@ -3,11 +3,21 @@
 #   raw          the null_blk zoned device's sequential zones (fio --zonemode=zbd): the limit
 #   dm           the kernel's dm-zoned on the zonedd-formatted device
 #   zd-percpu    zonedd's /dev/ublkbN, --pool percpu
-#   zd-unbound8  zonedd's /dev/ublkbN, --pool unbound:8
+#   zd-unbound8  zonedd's /dev/ublkbN, --pool unbound:8 (zd-unboundN: --pool unbound:N)
+# on a zoned device that is either a memory null_blk (--device nullb, the default: CPU per
+# request) or an emulated SMR image served by `zonedd expose --timing hdd` (--device hdd: the HDD
+# timing model of docs/hdd-model.md, parameters overridable with --hdd-params "K=V ..."),
 # and writes the figures into OUT (on the host's tree, over 9p): results.tsv (TARGET METRIC
 # VALUE UNIT per line), per target fio JSON, per-second bw/iops logs, status snapshots, logs.
 #
 #   guest.sh --out DIR [--quick] [--targets "raw dm zd-percpu zd-unbound8"]
+#            [--device nullb|hdd] [--hdd-params "K=V ..."] [--phases "block fs"] [--runs N]
+#            [--fill-pct P] [--settle-cap S] [--no-dbench] [--zones N] [--ow-s S]
+#            [--stable-s S] [--zone-mb M]
+#
+# --phases picks the block workloads (fio on the device) and/or the xfs ones; --runs repeats the
+# xfs phase N times per target (the fill + overwrite + umount + settle figures of every run go to
+# runs.tsv: TARGET RUN METRIC VALUE; results.tsv keeps run 1's).
 #
 # Every workload is time-boxed (fio --runtime, plus `timeout` around each command) and every
 # target is torn down after its phase; a failing workload is recorded as `error`/`timeout` in
@@ -18,12 +28,25 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd -P)
 # shellcheck source=tests/vm/lib/devices.sh
 source "$ROOT/tests/vm/lib/devices.sh"
 
-OUT="" QUICK=0 TARGETS="raw dm zd-percpu zd-unbound8"
+OUT="" QUICK=0 TARGETS="raw dm zd-percpu zd-unbound8" DEVICE=nullb HDD_PARAMS="" PHASES="block fs"
+RUNS=1 FILL_OVERRIDE="" CAP_OVERRIDE="" DBENCH=1
+ZONES_OVERRIDE="" OW_OVERRIDE="" STABLE_OVERRIDE="" ZONE_MB_OVERRIDE=""
 while [ $# -gt 0 ]; do
     case $1 in
     --out) OUT=$2 && shift ;;
     --quick) QUICK=1 ;;
     --targets) TARGETS=$2 && shift ;;
+    --device) DEVICE=$2 && shift ;;
+    --hdd-params) HDD_PARAMS=$2 && shift ;;
+    --phases) PHASES=$2 && shift ;;
+    --runs) RUNS=$2 && shift ;;
+    --fill-pct) FILL_OVERRIDE=$2 && shift ;;
+    --settle-cap) CAP_OVERRIDE=$2 && shift ;;
+    --no-dbench) DBENCH=0 ;;
+    --zones) ZONES_OVERRIDE=$2 && shift ;;
+    --zone-mb) ZONE_MB_OVERRIDE=$2 && shift ;;
+    --ow-s) OW_OVERRIDE=$2 && shift ;;
+    --stable-s) STABLE_OVERRIDE=$2 && shift ;;
     *) echo "guest.sh: unknown argument $1" >&2 && exit 2 ;;
     esac
     shift
@@ -32,6 +55,8 @@ done
     echo "guest.sh: --out DIR is required" >&2
     exit 2
 }
+case $DEVICE in nullb | hdd) ;; *) echo "guest.sh: --device nullb or hdd, not $DEVICE" >&2 && exit 2 ;; esac
+case $RUNS in '' | *[!0-9]* | 0) echo "guest.sh: --runs takes a positive integer" >&2 && exit 2 ;; esac
 mkdir -p "$OUT"
 Z=$(zonedd_bin) || exit 1
 
@@ -47,6 +72,12 @@ else
     T_SEQ=40 T_RW=45 T_SHORT=10 T_FSYNC=10 DBENCH_S=15 DBENCH_CLIENTS=4 FILL_PCT=70 OW_S=15
     SETTLE_CAP=150 STABLE_S=25 IDLE_S=30 # dm-zoned's reclaim waits for 10 s of idleness
 fi
+[ -z "$FILL_OVERRIDE" ] || FILL_PCT=$FILL_OVERRIDE
+[ -z "$CAP_OVERRIDE" ] || SETTLE_CAP=$CAP_OVERRIDE
+[ -z "$ZONES_OVERRIDE" ] || ZONES=$ZONES_OVERRIDE
+[ -z "$ZONE_MB_OVERRIDE" ] || ZONE_MB=$ZONE_MB_OVERRIDE
+[ -z "$OW_OVERRIDE" ] || OW_S=$OW_OVERRIDE
+[ -z "$STABLE_OVERRIDE" ] || STABLE_S=$STABLE_OVERRIDE
 ZONE_SECTORS=$((ZONE_MB * 2048))
 SEQ_OFF=$((CONV * ZONE_MB << 20)) # raw: first sequential zone
 MARGIN=90                          # extra seconds before `timeout` kills a workload
@@ -63,12 +94,15 @@ mkdir -p "$MNT"
     echo "cpus $(nproc)"
     echo "mem_kb $(awk '/MemTotal/ { print $2 }' /proc/meminfo)"
     echo "zones $ZONES x ${ZONE_MB} MiB, $CONV conventional, $RESERVED reserved sequential"
+    echo "device $DEVICE${HDD_PARAMS:+ ($HDD_PARAMS)}"
+    echo "phases $PHASES, runs $RUNS, fill $FILL_PCT %"
     echo "span_mb $SPAN_MB"
     echo "runtimes seq=$T_SEQ randwrite=$T_RW short=$T_SHORT fsync=$T_FSYNC dbench=$DBENCH_S overwrite=$OW_S idle=$IDLE_S settle_cap=$SETTLE_CAP stable=$STABLE_S"
     echo "fio $(fio --version)"
     echo "zonedd $("$Z" --version 2>/dev/null || echo '?')"
 } >"$OUT/meta.txt"
 : >"$OUT/results.tsv"
+: >"$OUT/runs.tsv"
 
 log() { printf '[bench %6.1fs] %s\n' "$(cut -d' ' -f1 /proc/uptime)" "$*" >&2; }
 now() { date +%s.%N; }
@@ -80,17 +114,50 @@ rec() {
 }
 
 # --- devices -----------------------------------------------------------------------------------
+# The zoned device every target sits on (NB): a fresh one per phase (zones empty, memory freed).
 NB_SEQ=0
 NB=""
-NB_NAME=""
-fresh_nullb() {
-    [ -z "$NB_NAME" ] || remove_nullb "$NB_NAME" 2>/dev/null || log "warning: cannot remove $NB_NAME"
+NB_NAME=""  # nullb: the configfs name
+NB_ID=""    # hdd: the id of the `zonedd expose` device
+NB_IMG=""   # hdd: its image (guest tmpfs)
+fresh_backing() {
+    drop_backing
     NB_SEQ=$((NB_SEQ + 1))
-    NB_NAME=bnb$NB_SEQ
-    NB=$(make_nullb "$NB_NAME" $((ZONES * ZONE_MB)) "$ZONE_MB" "$CONV") || {
-        log "make_nullb failed"
-        return 1
-    }
+    case $DEVICE in
+    nullb)
+        NB_NAME=bnb$NB_SEQ
+        NB=$(make_nullb "$NB_NAME" $((ZONES * ZONE_MB)) "$ZONE_MB" "$CONV") || {
+            log "make_nullb failed"
+            return 1
+        }
+        ;;
+    hdd)
+        local out kv args=()
+        NB_IMG=$VM_SCRATCH/bench-hdd-$NB_SEQ.img
+        "$Z" emulate "$NB_IMG" --size $((ZONES * ZONE_MB))M --zone-size "${ZONE_MB}M" \
+            --conventional "$CONV" >/dev/null || {
+            log "zonedd emulate failed"
+            return 1
+        }
+        for kv in $HDD_PARAMS; do args+=(--timing-param "$kv"); done
+        out=$(timeout 60 "$Z" expose "$NB_IMG" --timing hdd "${args[@]}" 2>&1) || {
+            log "zonedd expose failed: $out"
+            return 1
+        }
+        NB=$(sed -n 1p <<<"$out")
+        NB_ID=$(sed -n 's/^id //p' <<<"$out")
+        ;;
+    esac
+}
+drop_backing() {
+    if [ -n "$NB_NAME" ]; then
+        remove_nullb "$NB_NAME" || log "warning: cannot remove $NB_NAME"
+    fi
+    if [ -n "$NB_ID" ]; then
+        timeout 60 "$Z" delete "$NB_ID" >/dev/null || log "warning: cannot delete exposed device $NB_ID"
+        rm -f "$NB_IMG"
+    fi
+    NB_NAME="" NB_ID="" NB_IMG=""
 }
 
 zd_format() {
@@ -105,7 +172,7 @@ DEV="" ZD_ID="" ZD_PID="" DM_NAME=bench-dmz
 target_up() {
     local t=$1 out nr
     DEV="" ZD_ID="" ZD_PID=""
-    fresh_nullb || return 1
+    fresh_backing || return 1
     case $t in
     raw) DEV=$NB ;;
     dm)
@@ -116,7 +183,7 @@ target_up() {
         ;;
     zd-*)
         local pool=percpu
-        [ "$t" = zd-unbound8 ] && pool=unbound:8
+        case $t in zd-unbound*) pool=unbound:${t#zd-unbound} ;; esac
         zd_format || return 1
         out=$(timeout 60 "$Z" create --backend "$NB" --queues 2 --depth 64 --pool "$pool" --label "bench-$t" 2>&1) || {
             echo "$out" >&2
@@ -148,8 +215,7 @@ target_down() {
         fi
         ;;
     esac
-    remove_nullb "$NB_NAME" || log "$t: cannot remove $NB_NAME"
-    NB_NAME=""
+    drop_backing
 }
 
 # Status snapshot of the target (for the record and for settle detection).
@@ -169,6 +235,12 @@ fingerprint() {
     zd-*) "$Z" status "$ZD_ID" --json 2>/dev/null |
         jq -c '.engine | [.reclaim_state, .zones_free, .zones_buffer, .zones_pending_free, .reclaim_zones, .reclaim_blocks_copied]' ;;
     esac
+}
+
+# rec_run TARGET RUN METRIC VALUE UNIT: every run into runs.tsv, run 1 also into results.tsv.
+rec_run() {
+    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$OUT/runs.tsv"
+    if [ "$2" = 1 ]; then rec "$1" "$3" "$4" "$5"; else log "$1 run $2: $3 = $4 $5"; fi
 }
 
 # --- fio ---------------------------------------------------------------------------------------
@@ -289,9 +361,9 @@ settle() {
     done
 }
 
-fs_phase() {
-    local t=$1 t0 s out bytes fill_mb nfiles
-    log "== $t: xfs workloads"
+fs_phase() { # fs_phase TARGET RUN
+    local t=$1 run=$2 t0 s out bytes fill_mb nfiles
+    log "== $t: xfs workloads (run $run of $RUNS)"
     target_up "$t" || {
         rec "$t" fs_phase "error(setup)" "-"
         target_down "$t"
@@ -303,16 +375,18 @@ fs_phase() {
         target_down "$t"
         return 1
     }
-    # dbench: fsync on every write (-F), fixed time.
-    log "$t: dbench -F $DBENCH_CLIENTS clients, $DBENCH_S s"
-    if out=$(timeout -k 10 $((DBENCH_S + MARGIN)) dbench -F -c /usr/share/dbench/client.txt \
-        -D "$MNT" -t "$DBENCH_S" "$DBENCH_CLIENTS" 2>&1); then
-        printf '%s\n' "$out" >"$OUT/$t/dbench.log"
-        rec "$t" dbench_MBps "$(sed -n 's/^Throughput \([0-9.]*\) MB\/sec.*/\1/p' <<<"$out" | tail -n1)" MB/s
-        rec "$t" dbench_maxlat_ms "$(awk '/^ *(Flush|WriteX) / { if ($4 > m) m = $4 } END { print m + 0 }' <<<"$out")" ms
-    else
-        printf '%s\n' "$out" >"$OUT/$t/dbench.log"
-        rec "$t" dbench_MBps "error" "-"
+    if [ "$DBENCH" = 1 ]; then
+        # dbench: fsync on every write (-F), fixed time.
+        log "$t: dbench -F $DBENCH_CLIENTS clients, $DBENCH_S s"
+        if out=$(timeout -k 10 $((DBENCH_S + MARGIN)) dbench -F -c /usr/share/dbench/client.txt \
+            -D "$MNT" -t "$DBENCH_S" "$DBENCH_CLIENTS" 2>&1); then
+            printf '%s\n' "$out" >"$OUT/$t/dbench.log"
+            rec_run "$t" "$run" dbench_MBps "$(sed -n 's/^Throughput \([0-9.]*\) MB\/sec.*/\1/p' <<<"$out" | tail -n1)" MB/s
+            rec_run "$t" "$run" dbench_maxlat_ms "$(awk '/^ *(Flush|WriteX) / { if ($4 > m) m = $4 } END { print m + 0 }' <<<"$out")" ms
+        else
+            printf '%s\n' "$out" >"$OUT/$t/dbench.log"
+            rec_run "$t" "$run" dbench_MBps "error" "-"
+        fi
     fi
     rm -rf "$MNT/clients"
     sync
@@ -327,54 +401,63 @@ fs_phase() {
     t0=$(now)
     if timeout -k 10 $((T_SEQ * 6 + MARGIN)) fio --name=fill "${files[@]}" --output="$OUT/$t/fill.json" \
         --rw=write --bs=1M --end_fsync=1 >"$OUT/$t/fill.log" 2>&1; then
-        rec "$t" fill_s "$(elapsed "$t0")" s
+        rec_run "$t" "$run" fill_s "$(elapsed "$t0")" s
     else
-        rec "$t" fill_s error -
+        rec_run "$t" "$run" fill_s error -
     fi
     log "$t: random 4 KiB overwrites, $OW_S s"
     t0=$(now)
     if timeout -k 10 $((OW_S + MARGIN)) fio --name=fill "${files[@]}" --output="$OUT/$t/overwrite.json" \
         --rw=randwrite --bs=4k --runtime="$OW_S" --time_based --randrepeat=0 >"$OUT/$t/overwrite.log" 2>&1; then
-        rec "$t" overwrite_MBps "$(jq -r '.jobs[0].write.bw_bytes / 1e6 | . * 100 | round / 100' "$OUT/$t/overwrite.json")" MB/s
+        rec_run "$t" "$run" overwrite_MBps "$(jq -r '.jobs[0].write.bw_bytes / 1e6 | . * 100 | round / 100' "$OUT/$t/overwrite.json")" MB/s
     else
-        rec "$t" overwrite_MBps error -
+        rec_run "$t" "$run" overwrite_MBps error -
     fi
     snapshot "$t" "$OUT/$t/before-umount.status"
     log "$t: umount"
     t0=$(now)
     if timeout 300 umount "$MNT"; then
-        rec "$t" umount_s "$(elapsed "$t0")" s
+        rec_run "$t" "$run" umount_s "$(elapsed "$t0")" s
     else
-        rec "$t" umount_s timeout -
+        rec_run "$t" "$run" umount_s timeout -
     fi
     log "$t: waiting for reclaim to settle (stable ${STABLE_S} s, cap ${SETTLE_CAP} s)"
     : >"$OUT/$t/settle.log"
     if s=$(settle "$t"); then
-        rec "$t" settle_s "$s" s
+        rec_run "$t" "$run" settle_s "$s" s
     else
-        rec "$t" settle_s ">$s" s
+        rec_run "$t" "$run" settle_s ">$s" s
     fi
     snapshot "$t" "$OUT/$t/settled.status"
     # Idle: context switches of the daemon's threads with nothing to do.
-    if [ -n "$ZD_PID" ] && [ -d "/proc/$ZD_PID" ]; then
+    if [ "$run" = 1 ] && [ -n "$ZD_PID" ] && [ -d "/proc/$ZD_PID" ]; then
         local a b
         ctxsw_threads "$ZD_PID" >"$OUT/$t/idle-before.txt"
         a=$(ctxsw "$ZD_PID")
         sleep "$IDLE_S"
         b=$(ctxsw "$ZD_PID")
         ctxsw_threads "$ZD_PID" >"$OUT/$t/idle-after.txt"
-        rec "$t" idle_ctxsw "$((b - a))" "switches/${IDLE_S}s"
-        rec "$t" idle_threads "$(ls /proc/"$ZD_PID"/task | wc -l)" threads
+        rec_run "$t" "$run" idle_ctxsw "$((b - a))" "switches/${IDLE_S}s"
+        rec_run "$t" "$run" idle_threads "$(ls /proc/"$ZD_PID"/task | wc -l)" threads
     fi
     target_down "$t"
 }
 
 t_all=$(now)
-for t in $TARGETS; do
-    block_phase "$t"
-done
-for t in $TARGETS; do
-    [ "$t" = raw ] || fs_phase "$t"
-done
+case " $PHASES " in *" block "*)
+    for t in $TARGETS; do
+        block_phase "$t"
+    done
+    ;;
+esac
+case " $PHASES " in *" fs "*)
+    # Runs interleaved (each target once per round): a host whose load drifts spreads over all.
+    for run in $(seq 1 "$RUNS"); do
+        for t in $TARGETS; do
+            [ "$t" = raw ] || fs_phase "$t" "$run"
+        done
+    done
+    ;;
+esac
 rec all guest_wall_s "$(elapsed "$t_all")" s
 log "done: $OUT/results.tsv"
