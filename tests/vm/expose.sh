@@ -17,7 +17,8 @@
 #    file reads back after a remount;
 #  - refused with exit 2: an image already exposed, a file that is not an image, a zoned disk,
 #    a missing path, a timing model's disk smaller than the image;
-#  - --timing hdd: data written (cached, and with O_SYNC) reads back, and `status --json`
+#  - --timing hdd: the device says rotational (only then); data written (cached, and with
+#    O_SYNC) reads back, and `status --json`
 #    shows the model active with its parameters and counters (no timing threshold).
 # vm-timeout: 900
 set -euo pipefail
@@ -40,6 +41,12 @@ expose() { # expose: starts a daemon, sets id and bdev
     id=$(sed -n 's/^id //p' "$VM_SCRATCH/expose.out")
     [ -b "$bdev" ] || vm_fail "expose printed '$bdev', not a block device"
     echo "exposed as $bdev (id $id)"
+    rotational 0
+}
+rotational() { # rotational WANT: queue/rotational of $bdev (1 only under the hdd model)
+    local r
+    r=$(cat "/sys/block/$(basename "$bdev")/queue/rotational")
+    [ "$r" = "$1" ] || vm_fail "$bdev: queue/rotational is $r, expected $1"
 }
 # same_zones A B [reopened]: two `zonedd report --json` outputs describe the same zones; with
 # `reopened`, B is of the image opened again, where open zones are closed (empty when nothing
@@ -205,6 +212,7 @@ expose_args=(--timing hdd --timing-param queue_depth=16)
 "$Z" expose "$img" "${expose_args[@]}" >"$VM_SCRATCH/expose.out"
 bdev=$(sed -n 1p "$VM_SCRATCH/expose.out")
 id=$(sed -n 's/^id //p' "$VM_SCRATCH/expose.out")
+rotational 1 # a spinning disk, as a real SMR drive says
 blkzone reset -o $((10 * zs)) -c 1 "$bdev"
 head -c $((4 << 20)) /dev/urandom >"$VM_SCRATCH/t"
 dd if="$VM_SCRATCH/t" of="$bdev" bs=1M seek=$((10 * 32)) oflag=direct status=none

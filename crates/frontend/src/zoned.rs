@@ -144,11 +144,14 @@ impl ZonedShared {
 }
 
 /// Device parameters: 4 KiB blocks, volatile cache with FUA, one zone per chunk, the
-/// backend's open/active limits, zone append up to one request.
+/// backend's open/active limits, zone append up to one request; rotational under the hdd
+/// timing model, as a real SMR drive says (`queue/rotational` = 1: the kernel's scheduler
+/// defaults and zonedd's own reclaim parallelism key on it).
 pub(crate) fn set_zoned_params(dev: &mut UblkDev, shared: &ZonedShared, depth: u16) {
     let geo = shared.dev.geometry();
     crate::device::basic_params(dev, geo.capacity());
     let p = &mut dev.tgt.params;
+    p.basic.attrs |= attrs_for_timing(shared.timing.is_some());
     p.basic.chunk_sectors = (geo.zone_size / SECTOR) as u32;
     p.types |= sys::UBLK_PARAM_TYPE_ZONED;
     let (max_open_zones, max_active_zones) = shared.limits();
@@ -266,6 +269,15 @@ async fn wait_for_model(q: &UblkQueue<'_>, clock: &HddClock, ticket: Ticket) {
             tracing::debug!("timing wait: io_uring timeout gave {res}");
             return;
         }
+    }
+}
+
+/// The extra `UBLK_ATTR_*` of an exposed device: rotational when it models a disk.
+fn attrs_for_timing(hdd: bool) -> u32 {
+    if hdd {
+        sys::UBLK_ATTR_ROTATIONAL
+    } else {
+        0
     }
 }
 
