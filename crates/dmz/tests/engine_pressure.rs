@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::*;
+use zbd::{Geometry, MemDevice, Zone, ZoneOp, ZonedDevice};
 
 #[test]
 fn concurrent_overwrites_with_two_buffer_zones_never_get_enospc() {
@@ -90,4 +91,82 @@ fn overwrites_never_get_enospc(parallel: usize) {
         }
     });
     close(Arc::try_unwrap(e).ok().unwrap());
+}
+
+/// A backend whose large writes (reclaim's 1 MiB copies; user writes here are 4 KiB) take
+/// `delay` each once `slow` is set: reclaim of one zone then lasts several times the
+/// writers' `wait_timeout`, as on a disk (the hdd model in the VM showed it: xfs shut down
+/// on ENOSPC while reclaim was still copying).
+struct SlowCopies {
+    dev: Arc<MemDevice>,
+    slow: std::sync::atomic::AtomicBool,
+    delay: std::time::Duration,
+}
+
+impl ZonedDevice for SlowCopies {
+    fn geometry(&self) -> Geometry {
+        self.dev.geometry()
+    }
+    fn report_zones(&self, first: u32, nr: u32) -> zbd::Result<Vec<Zone>> {
+        self.dev.report_zones(first, nr)
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> zbd::Result<()> {
+        self.dev.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> zbd::Result<()> {
+        if buf.len() >= 512 << 10 && self.slow.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(self.delay);
+        }
+        self.dev.write_at(buf, offset)
+    }
+    fn zone_mgmt(&self, op: ZoneOp, zone: u32) -> zbd::Result<()> {
+        self.dev.zone_mgmt(op, zone)
+    }
+    fn reset_all(&self) -> zbd::Result<()> {
+        self.dev.reset_all()
+    }
+    fn flush(&self) -> zbd::Result<()> {
+        self.dev.flush()
+    }
+    fn describe(&self) -> String {
+        format!("slow copies over {}", self.dev.describe())
+    }
+}
+
+/// Writers wait for a zone as long as reclaim keeps copying, however long one zone takes:
+/// `wait_timeout` bounds time without progress, not the length of a reclaim pass.
+#[test]
+fn slow_reclaim_that_progresses_gives_no_enospc() {
+    // 8 MiB zones (a reclaim copy is 8 writes of 1 MiB, 150 ms each: 1.2 s a zone, more
+    // than the 0.5 s timeout), 4 conventional (2 for metadata), 3 reserved.
+    let dev = Arc::new(SlowCopies {
+        dev: formatted_mem(8192, 16, 4, 3),
+        slow: false.into(),
+        delay: std::time::Duration::from_millis(150),
+    });
+    let mut opts = test_opts();
+    opts.reclaim.wait_timeout = std::time::Duration::from_millis(500);
+    let e = open(dev.clone(), opts);
+    let blocks_per_chunk = e.chunk_size() / BS as u64;
+    let nr_chunks = e.capacity() / e.chunk_size();
+    let mut written = Written::new(&e);
+    for c in 0..nr_chunks {
+        written.write(&e, c * blocks_per_chunk, blocks_per_chunk, c + 1);
+    }
+    dev.slow.store(true, std::sync::atomic::Ordering::Relaxed);
+    // One block in the middle of each of 6 chunks: each needs a buffer zone, so most wait
+    // for reclaim to merge a chunk into a reserved zone first.
+    for c in 0..nr_chunks.min(6) {
+        let b = c * blocks_per_chunk + blocks_per_chunk / 2;
+        let mut buf = vec![0u8; BS];
+        pattern(100 + c, b, &mut buf);
+        if let Err(err) = e.write(b * BS as u64, &buf, false) {
+            panic!("overwrite in chunk {c}: {err}; {:?}", e.stats());
+        }
+        written.record(b, 1, 100 + c);
+    }
+    let s = e.stats();
+    assert!(s.reclaim_zones > 0, "reclaim must have run: {s:?}");
+    written.verify(&e);
+    close(e);
 }

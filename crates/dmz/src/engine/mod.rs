@@ -164,6 +164,9 @@ struct Counters {
     reclaim_blocks: AtomicU64,
     catch_up_blocks: AtomicU64,
     reclaim_progress: AtomicU64,
+    /// Blocks reclaim has copied so far, counted at each write of a copy (not at the end
+    /// of a zone): what writers waiting for a zone watch to tell slow reclaim from none.
+    reclaim_copied_total: AtomicU64,
 }
 
 /// Everything behind the state lock: the metadata, and who waits for zones.

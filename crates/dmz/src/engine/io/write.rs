@@ -457,11 +457,19 @@ fn wait_free(
     };
     let mut pass0: Option<u64> = None;
     let mut seen_pass = st.reclaim_passes;
+    let copied = || inner.stats.reclaim_copied_total.load(Ordering::Relaxed);
+    let mut seen_copied = copied();
     let mut probed = false;
     loop {
         inner.check_failed()?;
         if have(&st) {
             return Ok(());
+        }
+        if copied() != seen_copied {
+            // Reclaim is copying (one zone can take many seconds on a disk): the clock
+            // measures time without progress, not the length of a pass.
+            seen_copied = copied();
+            deadline = Instant::now() + inner.opts.reclaim.wait_timeout;
         }
         if st.reclaim_passes != seen_pass {
             seen_pass = st.reclaim_passes;

@@ -104,6 +104,10 @@ pub(super) fn copy(
             .stats
             .reclaim_progress
             .store(written, Ordering::Relaxed);
+        inner
+            .stats
+            .reclaim_copied_total
+            .fetch_add(used as u64, Ordering::Relaxed);
         i = j;
         if mode != Mode::Urgent && !inner.opts.reclaim.throttle.is_zero() {
             let recent = inner.state.lock().last_io.elapsed() < Duration::from_millis(50);

@@ -46,7 +46,8 @@ pub struct ReclaimOptions {
     pub idle_period: Duration,
     /// Victims reclaimed at once (one scoped thread each).
     pub parallel: usize,
-    /// Longest a writer waits for a free zone before ENOSPC.
+    /// Longest a writer waits for a free zone while reclaim makes no progress (neither
+    /// copies a block nor finishes a pass that frees a zone) before ENOSPC.
     pub wait_timeout: Duration,
     /// Pause after each 1 MiB copied while user I/O is active and nobody waits for a zone.
     pub throttle: Duration,
