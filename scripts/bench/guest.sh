@@ -225,6 +225,9 @@ snapshot() { # snapshot TARGET FILE
     zd-*) "$Z" status "$ZD_ID" --json >"$2" 2>&1 ;;
     *) : >"$2" ;;
     esac
+    # On the hdd model, the drive's own counters too (seeks, media ops, cached writes,
+    # flushes, busy time): where the disk time went.
+    [ -z "$NB_ID" ] || "$Z" status "$NB_ID" --json >"${2%.status}.hdd.json" 2>&1 || true
 }
 
 # What changes while reclaim works: dm-zoned's free/total zone counts; zonedd's reclaim state,
@@ -413,7 +416,9 @@ fs_phase() { # fs_phase TARGET RUN
     else
         rec_run "$t" "$run" overwrite_MBps error -
     fi
-    snapshot "$t" "$OUT/$t/before-umount.status"
+    local sfx=""
+    [ "$run" = 1 ] || sfx=.run$run
+    snapshot "$t" "$OUT/$t/before-umount$sfx.status"
     log "$t: umount"
     t0=$(now)
     if timeout 300 umount "$MNT"; then
@@ -428,7 +433,7 @@ fs_phase() { # fs_phase TARGET RUN
     else
         rec_run "$t" "$run" settle_s ">$s" s
     fi
-    snapshot "$t" "$OUT/$t/settled.status"
+    snapshot "$t" "$OUT/$t/settled$sfx.status"
     # Idle: context switches of the daemon's threads with nothing to do.
     if [ "$run" = 1 ] && [ -n "$ZD_PID" ] && [ -d "/proc/$ZD_PID" ]; then
         local a b
