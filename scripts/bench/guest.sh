@@ -335,6 +335,18 @@ ctxsw_threads() {
     done
 }
 
+# umount_sampler TARGET T0: every 10 s, seconds since T0 and what the target has done (zonedd:
+# writes, reclaimed zones, blocks copied, free and buffer zones; dm-zoned: its status line).
+umount_sampler() {
+    while sleep 10; do
+        case $1 in
+        zd-*) echo "$(elapsed "$2") $("$Z" status "$ZD_ID" --json 2>/dev/null |
+            jq -c '.engine | [.writes, .reclaim_zones, .reclaim_blocks_copied, .zones_free, .zones_buffer]')" ;;
+        *) echo "$(elapsed "$2") $(fingerprint "$1")" ;;
+        esac
+    done
+}
+
 # settle TARGET: seconds until the target's reclaim fingerprint stopped changing (stable for
 # STABLE_S), capped at SETTLE_CAP; the fingerprints go to OUT/TARGET/settle.log.
 settle() {
@@ -421,11 +433,16 @@ fs_phase() { # fs_phase TARGET RUN
     snapshot "$t" "$OUT/$t/before-umount$sfx.status"
     log "$t: umount"
     t0=$(now)
+    # Progress during the writeback, every 10 s (umount in D state shows nothing else).
+    umount_sampler "$t" "$t0" >"$OUT/$t/umount$sfx.log" 2>&1 &
+    local sampler=$!
     if timeout 300 umount "$MNT"; then
         rec_run "$t" "$run" umount_s "$(elapsed "$t0")" s
     else
         rec_run "$t" "$run" umount_s timeout -
     fi
+    kill "$sampler" 2>/dev/null
+    wait "$sampler" 2>/dev/null
     log "$t: waiting for reclaim to settle (stable ${STABLE_S} s, cap ${SETTLE_CAP} s)"
     : >"$OUT/$t/settle.log"
     if s=$(settle "$t"); then
