@@ -135,9 +135,9 @@ raw_script "$bdev" "zonedd: dm-zoned's data read back through $bdev differs" rea
 t1=$SECONDS
 
 # ---- 2. xfs on both sides --------------------------------------------------------------------
-files() { # files DIR SEED: a 24 MiB file, a 1 MiB one and 64 small ones
+files() { # files DIR SEED MIB: a file of MIB MiB, a 1 MiB one and 64 small ones
     mkdir -p "$1/small"
-    "$Z" engine-io pattern --pattern "$2" --offset 0 --len $((24 * M)) >"$1/big"
+    "$Z" engine-io pattern --pattern "$2" --offset 0 --len $(($3 * M)) >"$1/big"
     "$Z" engine-io pattern --pattern $(($2 + 1)) --offset 0 --len "$M" >"$1/one"
     "$Z" engine-io pattern --pattern $(($2 + 2)) --offset 0 --len $((64 * 12 * K)) |
         split -b $((12 * K)) - "$1/small/f"
@@ -146,7 +146,7 @@ sums() { (cd "$mnt" && find . -type f | sort | xargs sha256sum); }
 step "xfs on $bdev: mkfs, files, umount, xfs_repair -n"
 mkfs.xfs -q -f "$bdev"
 mount "$bdev" "$mnt"
-files "$mnt/zd" 11
+files "$mnt/zd" 11 12
 sums >"$VM_SCRATCH/sums.zd"
 umount "$mnt"
 xfs_repair -n "$bdev" >"$VM_SCRATCH/repair.out" 2>&1 || { cat "$VM_SCRATCH/repair.out"; vm_fail "xfs_repair -n on zonedd"; }
@@ -157,15 +157,18 @@ dmz_check "on zonedd's xfs volume"
 step "dm-zoned mounts it: files compare, one more written, xfs_repair -n"
 dm_start
 mount "$dm" "$mnt"
+step "dm-zoned: mounted"
 sums | cmp - "$VM_SCRATCH/sums.zd" || vm_fail "dm-zoned: files differ from what zonedd wrote"
-files "$mnt/dm" 21
+files "$mnt/dm" 21 4
 sums >"$VM_SCRATCH/sums.all"
 umount "$mnt"
+step "dm-zoned: xfs_repair -n"
 xfs_repair -n "$dm" >"$VM_SCRATCH/repair.out" 2>&1 || { cat "$VM_SCRATCH/repair.out"; vm_fail "xfs_repair -n on dm-zoned"; }
 dmsetup remove "$name"
 zd_check "after xfs through dm-zoned"
 step "back in zonedd: every file compares"
 zd_create
+step "zonedd: mount"
 mount "$bdev" "$mnt"
 sums | cmp - "$VM_SCRATCH/sums.all" || vm_fail "zonedd: files differ from what dm-zoned left"
 umount "$mnt"
@@ -189,7 +192,7 @@ for r in "${acked[@]}"; do
 done
 kill -9 "$(field "$id" pid)"
 wait_state "$id" quiesced
-"$Z" recover "$id"
+"$Z" recover "$id" >/dev/null
 wait_state "$id" live
 raw_script "$bdev" "an acknowledged write is lost after kill -9 and recover" read "${after_kill[@]}"
 "$Z" delete "$id" >/dev/null
