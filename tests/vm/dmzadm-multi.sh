@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # dmzadm (dm-zoned-tools) against zonedd on a multi-device volume: cache = a regular memory
-# null_blk (8 x 16 MiB), drive = a zoned null_blk without conventional zones (32 x 16 MiB).
-#   1. `dmzadm --format CACHE ZONED`; `zonedd check` opens it; the kernel's dm-zoned writes
+# null_blk (8 x 16 MiB), two drives = zoned null_blks without conventional zones (16 x 16 MiB
+# each; the volume's zones 8-23 and 24-39).
+#   1. `dmzadm --format CACHE ZONED1 ZONED2`; `zonedd check` opens it; the kernel's dm-zoned writes
 #      generated data (a 32 MiB stream, unaligned first writes, an overwrite); `dmsetup remove`;
-#      `zonedd check` clean; `zonedd create --cache C --backend Z` reads every range back
+#      `zonedd check` clean; `zonedd create --cache C --backend Z1 --backend Z2` reads every range back
 #      identical through /dev/ublkbN.
 #   2. xfs on /dev/ublkbN: mkfs.xfs, files written, unmounted, `xfs_repair -n` clean,
 #      `zonedd delete`; `dmzadm --check` clean on what zonedd committed; the kernel's dm-zoned
@@ -39,6 +40,7 @@ cleanup() {
     dmsetup remove "$name" 2>/dev/null || true
     "$Z" delete --all --force >/dev/null 2>&1 || true
     [ -z "${zb:-}" ] || remove_nullb "$zb" 2>/dev/null || true
+    [ -z "${zb2:-}" ] || remove_nullb "$zb2" 2>/dev/null || true
     [ -z "${cb:-}" ] || remove_nullb "$cb" 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -47,8 +49,9 @@ modprobe ublk_drv
 modprobe xfs
 mkdir -p "$mnt"
 
-step "null_blk: zoned 32 x 16 MiB (no conventional zones), regular 128 MiB; dmzadm $(dmzadm --version)"
-zb=$(make_nullb dmzaz $((32 * 16)) 16 0)
+step "null_blk: two zoned 16 x 16 MiB (no conventional zones), regular 128 MiB; dmzadm $(dmzadm --version)"
+zb=$(make_nullb dmzaz $((16 * 16)) 16 0)
+zb2=$(make_nullb dmzay $((16 * 16)) 16 0)
 cb=$(make_nullb dmzac 128 0 0)
 zone_sectors=$(cat "/sys/block/${zb#/dev/}/queue/chunk_sectors")
 [ "$zone_sectors" = $((C / 512)) ] || vm_fail "zone size is $zone_sectors sectors"
@@ -80,14 +83,14 @@ wait_state() { # wait_state ID STATE
 }
 zd_create() { # sets bdev, id
     local out
-    out=$("$Z" create --cache "$cb" --backend "$zb" --queues 1 --depth 32)
+    out=$("$Z" create --cache "$cb" --backend "$zb" --backend "$zb2" --queues 1 --depth 32)
     bdev=$(sed -n 1p <<<"$out")
     id=$(sed -n 's/^id //p' <<<"$out")
     [ -b "$bdev" ] || vm_fail "zonedd create printed '$out'"
 }
-zd_check() { "$Z" check --cache "$cb" "$zb" >"$VM_SCRATCH/check.out" || { cat "$VM_SCRATCH/check.out"; vm_fail "zonedd check: $1"; }; }
+zd_check() { "$Z" check --cache "$cb" "$zb" "$zb2" >"$VM_SCRATCH/check.out" || { cat "$VM_SCRATCH/check.out"; vm_fail "zonedd check: $1"; }; }
 dmz_check() {
-    dmzadm --check "$cb" "$zb" >"$VM_SCRATCH/dmzadm.out" 2>&1 || {
+    dmzadm --check "$cb" "$zb" "$zb2" >"$VM_SCRATCH/dmzadm.out" 2>&1 || {
         cat "$VM_SCRATCH/dmzadm.out"
         vm_fail "dmzadm --check: $1"
     }
@@ -98,14 +101,14 @@ dmz_check() {
     grep -F "No error" "$VM_SCRATCH/dmzadm.out"
 }
 dm_start() {
-    dmsetup create "$name" --table "0 $((nr_chunks * zone_sectors)) zoned $cb $zb"
+    dmsetup create "$name" --table "0 $((nr_chunks * zone_sectors)) zoned $cb $zb $zb2"
     [ "$(blockdev --getsz "$dm")" = $((nr_chunks * zone_sectors)) ] || vm_fail "dm-zoned's size differs"
 }
 
 # ---- 1. dmzadm formats, dm-zoned writes, zonedd reads --------------------------------------
-step "dmzadm --format $cb $zb --seq=4"
-dmzadm --format "$cb" "$zb" --force --label=dmzadm --seq=4 | tail -n 4
-nr_chunks=$("$Z" check --cache "$cb" "$zb" --json | jq -er .summary.nr_chunks) ||
+step "dmzadm --format $cb $zb $zb2 --seq=4"
+dmzadm --format "$cb" "$zb" "$zb2" --force --label=dmzadm --seq=4 | tail -n 4
+nr_chunks=$("$Z" check --cache "$cb" "$zb" "$zb2" --json | jq -er .summary.nr_chunks) ||
     vm_fail "zonedd check refuses dmzadm's format"
 echo "zonedd reads dmzadm's volume: $nr_chunks chunks"
 [ $((nr_chunks * C)) -ge $((300 * M)) ] || vm_fail "$nr_chunks chunks: too small for xfs"
@@ -115,12 +118,16 @@ dm_writes=(
     "$((5 * C)) $((2 * M)) 3"             # aligned
     "$((5 * C + M)) $((128 * K)) 4"       # overwrite inside it
     "$((9 * C + 3 * M)) $((3 * M)) 5"     # unaligned, larger
+    "$((30 * C)) $((4 * M)) 6"            # late chunks: room on both drives
+    "$((31 * C + 8 * K)) $((8 * K)) 7"
 )
 dm_final=(
     "0 $((32 * M)) 1" "$((32 * M)) $M 0"
     "$((4 * C)) $((12 * K)) 0" "$((4 * C + 12 * K)) $((64 * K)) 2" "$((4 * C + 76 * K)) $((4 * K)) 0"
     "$((5 * C)) $M 3" "$((5 * C + M)) $((128 * K)) 4" "$((5 * C + M + 128 * K)) $((M - 128 * K)) 3"
-    "$((9 * C)) $((3 * M)) 0" "$((9 * C + 3 * M)) $((3 * M)) 5" "$((nr_chunks * C - M)) $M 0"
+    "$((9 * C)) $((3 * M)) 0" "$((9 * C + 3 * M)) $((3 * M)) 5"
+    "$((30 * C)) $((4 * M)) 6" "$((31 * C)) $((8 * K)) 0" "$((31 * C + 8 * K)) $((8 * K)) 7"
+    "$((nr_chunks * C - M)) $M 0"
 )
 step "dm-zoned on dmzadm's volume: ${#dm_writes[@]} writes, read back, remove"
 dm_start
@@ -129,7 +136,7 @@ raw_script "$dm" "dm-zoned: read back" read "${dm_final[@]}"
 sync
 dmsetup remove "$name"
 zd_check "on what dm-zoned wrote on dmzadm's volume"
-step "zonedd create --cache $cb --backend $zb: read back through /dev/ublkbN"
+step "zonedd create --cache $cb --backend $zb --backend $zb2: read back through /dev/ublkbN"
 zd_create
 raw_script "$bdev" "zonedd: dm-zoned's data read back through $bdev differs" read "${dm_final[@]}"
 t1=$SECONDS
