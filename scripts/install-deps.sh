@@ -15,7 +15,7 @@
 #   autoconf automake libtool libtool-bin xfslibs-dev uuid-dev libaio-dev libacl1-dev libattr1-dev
 #   liburing-dev: building xfstests (scripts/xfstests-build.sh: fsx, fsstress and their AIO and
 #   io_uring paths); gawk attr acl uuid-runtime: tools its tests run (tests/vm/xfstests.sh)
-#   dm-zoned-tools (dmzadm, for tests/vm/dmzoned-multi.sh's interop): not in Debian 12; on
+#   dm-zoned-tools (dmzadm: tests/vm/dmzadm-multi.sh, dmzoned-multi.sh): not in Debian 12; on
 #   bookworm it comes from trixie, through an apt source pinned at priority 100 (so that nothing
 #   else is ever taken from trixie) and `apt-get install dm-zoned-tools/trixie` (only that package
 #   from there; its dependencies are bookworm's). Elsewhere it is an ordinary package.
