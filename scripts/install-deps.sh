@@ -15,11 +15,15 @@
 #   autoconf automake libtool libtool-bin xfslibs-dev uuid-dev libaio-dev libacl1-dev libattr1-dev
 #   liburing-dev: building xfstests (scripts/xfstests-build.sh: fsx, fsstress and their AIO and
 #   io_uring paths); gawk attr acl uuid-runtime: tools its tests run (tests/vm/xfstests.sh)
+#   dm-zoned-tools (dmzadm: tests/vm/dmzadm-multi.sh, dmzoned-multi.sh): not in Debian 12; on
+#   bookworm it comes from trixie, through an apt source pinned at priority 100 (so that nothing
+#   else is ever taken from trixie) and `apt-get install dm-zoned-tools/trixie` (only that package
+#   from there; its dependencies are bookworm's). Elsewhere it is an ordinary package.
 set -euo pipefail
 pkgs=(libclang-dev qemu-system-x86 busybox-static xfsprogs fio dmsetup sg3-utils kmod dbench jq
     gnuplot-nox python3 systemd dpkg-dev btrfs-progs
     autoconf automake libtool libtool-bin xfslibs-dev uuid-dev libaio-dev libacl1-dev
-    libattr1-dev liburing-dev gawk attr acl uuid-runtime)
+    libattr1-dev liburing-dev gawk attr acl uuid-runtime dm-zoned-tools)
 check=0
 case ${1:-} in
 --check) check=1 ;;
@@ -44,6 +48,30 @@ fi
 if [ "$(id -u)" != 0 ]; then
     echo "install-deps: missing Debian packages ${missing[*]}: run scripts/install-deps.sh as root (sudo) once" >&2
     exit 1
+fi
+codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+trixie_pin=/etc/apt/preferences.d/zonedd-trixie
+if [ "$codename" = bookworm ] && [[ " ${missing[*]} " == *" dm-zoned-tools "* ]]; then
+    # One source for trixie, pinned low: apt takes from it only what is asked by name.
+    if [ ! -f "$trixie_pin" ]; then
+        uri=$(awk '/^URIs:/ && $2 ~ /debian\/?$/ { print $2; exit }' /etc/apt/sources.list.d/*.sources 2>/dev/null)
+        [ -n "$uri" ] || uri=$(awk '$1 == "deb" && $3 == "bookworm" { print $2; exit }' \
+            /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null)
+        echo "install-deps: adding apt source trixie (pinned at 100) on ${uri:=http://deb.debian.org/debian}"
+        {
+            echo "# Added by zonedd's scripts/install-deps.sh for dm-zoned-tools only (pinned low)."
+            echo "Types: deb"
+            echo "URIs: $uri"
+            echo "Suites: trixie"
+            echo "Components: main"
+            [ ! -f /usr/share/keyrings/debian-archive-keyring.gpg ] ||
+                echo "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg"
+        } >/etc/apt/sources.list.d/zonedd-trixie.sources
+        printf 'Package: *\nPin: release n=trixie\nPin-Priority: 100\n' >"$trixie_pin"
+    fi
+    for i in "${!missing[@]}"; do
+        [ "${missing[$i]}" != dm-zoned-tools ] || missing[$i]=dm-zoned-tools/trixie
+    done
 fi
 echo "install-deps: installing ${missing[*]}"
 apt-get update -qq
