@@ -27,8 +27,7 @@ t_start=$SECONDS
 
 # dm targets of the list (generic/322: dm-flakey), and loop: generic/042 mounts an image file and
 # failed on both sides with "mount failed: Operation not permitted" before loop was loaded here
-# (no udev to load it; whether that was the cause is not verified yet). xfstests loads the
-# others it needs itself.
+# (no udev to load it). xfstests loads the others it needs itself.
 for m in ublk_drv xfs dm_mod dm_flakey dm_log_writes loop; do
     modprobe "$m" || vm_fail "modprobe $m"
 done
