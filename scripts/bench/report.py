@@ -382,8 +382,8 @@ def load_runs(path):
         per.setdefault((t, r), {})[m] = v
     for (t, _), ms in sorted(per.items()):
         try:
-            cap = ">" if ms["settle_s"].startswith(">") else ""
-            us = float(ms["umount_s"]) + float(ms["settle_s"].lstrip(">"))
+            cap = ">" if ms["settle_s"].startswith(">") or ms["umount_s"].startswith(">") else ""
+            us = float(ms["umount_s"].lstrip(">")) + float(ms["settle_s"].lstrip(">"))
             ms["umount_settle_s"] = f"{cap}{us}"
             ms["fill_umount_settle_s"] = f"{cap}{float(ms['fill_s']) + us}"
         except (KeyError, ValueError):
