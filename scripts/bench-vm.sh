@@ -8,7 +8,7 @@
 #                       [--no-docs] [--report-only DIR] [--device nullb|hdd]
 #                       [--hdd-params "K=V ..."] [--phases "block fs"] [--runs N] [--fill-pct P]
 #                       [--settle-cap S] [--timeout S] [--no-dbench] [--zones N] [--ow-s S]
-#                       [--stable-s S] [--zone-mb M]
+#                       [--stable-s S] [--zone-mb M] [--ow-mb N]
 #
 #   --quick        tiny sizes and a few seconds per job: tests the plumbing (a few minutes)
 #   --no-build     use the existing target/release/zonedd
@@ -31,6 +31,8 @@
 #   --zones N      zones of the device (default 24 of 64 MiB, 6 conventional)
 #   --zone-mb M    their size (default 64)
 #   --ow-s S       seconds of 4 KiB random overwrites inside the files (default 15)
+#   --ow-mb N      N MiB of them instead (the same writeback for every run and target; the
+#                  seed experiment wants this; its timeout stays --ow-s + 90 s)
 #   --timeout S    the guest's limit (default 2400 s, 900 with --quick)
 #   --no-dbench    leave dbench out of the xfs phase
 #
@@ -55,7 +57,7 @@ while [ $# -gt 0 ]; do
     --no-docs) docs=0 ;;
     --targets) targets=$2 && shift ;;
     --report-only) report_only=$2 && shift ;;
-    --device | --hdd-params | --phases | --runs | --fill-pct | --settle-cap | --zones | --zone-mb | --ow-s | --stable-s)
+    --device | --hdd-params | --phases | --runs | --fill-pct | --settle-cap | --zones | --zone-mb | --ow-s | --ow-mb | --stable-s)
         [ $# -ge 2 ] || vm_die "$1 needs a value (see --help)"
         guest_args+=("$1" "$2") && shift
         ;;

@@ -13,7 +13,7 @@
 #   guest.sh --out DIR [--quick] [--targets "raw dm zd-percpu zd-unbound8"]
 #            [--device nullb|hdd] [--hdd-params "K=V ..."] [--phases "block fs"] [--runs N]
 #            [--fill-pct P] [--settle-cap S] [--no-dbench] [--zones N] [--ow-s S]
-#            [--stable-s S] [--zone-mb M]
+#            [--stable-s S] [--zone-mb M] [--ow-mb N]
 #
 # --phases picks the block workloads (fio on the device) and/or the xfs ones; --runs repeats the
 # xfs phase N times per target (the fill + overwrite + umount + settle figures of every run go to
@@ -30,7 +30,7 @@ source "$ROOT/tests/vm/lib/devices.sh"
 
 OUT="" QUICK=0 TARGETS="raw dm zd-percpu zd-unbound8" DEVICE=nullb HDD_PARAMS="" PHASES="block fs"
 RUNS=1 FILL_OVERRIDE="" CAP_OVERRIDE="" DBENCH=1
-ZONES_OVERRIDE="" OW_OVERRIDE="" STABLE_OVERRIDE="" ZONE_MB_OVERRIDE=""
+ZONES_OVERRIDE="" OW_OVERRIDE="" STABLE_OVERRIDE="" ZONE_MB_OVERRIDE="" OW_MB=""
 while [ $# -gt 0 ]; do
     case $1 in
     --out) OUT=$2 && shift ;;
@@ -46,6 +46,7 @@ while [ $# -gt 0 ]; do
     --zones) ZONES_OVERRIDE=$2 && shift ;;
     --zone-mb) ZONE_MB_OVERRIDE=$2 && shift ;;
     --ow-s) OW_OVERRIDE=$2 && shift ;;
+    --ow-mb) OW_MB=$2 && shift ;;
     --stable-s) STABLE_OVERRIDE=$2 && shift ;;
     *) echo "guest.sh: unknown argument $1" >&2 && exit 2 ;;
     esac
@@ -420,10 +421,14 @@ fs_phase() { # fs_phase TARGET RUN
     else
         rec_run "$t" "$run" fill_s error -
     fi
-    log "$t: random 4 KiB overwrites, $OW_S s"
+    # Time-based by default; --ow-mb makes it a fixed amount, so that the writeback each
+    # umount faces is the same whatever the page cache took in (comparisons between runs).
+    local ow=(--runtime="$OW_S" --time_based)
+    [ -z "$OW_MB" ] || ow=(--io_size="${OW_MB}M")
+    log "$t: random 4 KiB overwrites, ${OW_MB:+$OW_MB MiB, at most }$OW_S s"
     t0=$(now)
     if timeout -k 10 $((OW_S + MARGIN)) fio --name=fill "${files[@]}" --output="$OUT/$t/overwrite.json" \
-        --rw=randwrite --bs=4k --runtime="$OW_S" --time_based --randrepeat=0 >"$OUT/$t/overwrite.log" 2>&1; then
+        --rw=randwrite --bs=4k "${ow[@]}" --randrepeat=0 >"$OUT/$t/overwrite.log" 2>&1; then
         rec_run "$t" "$run" overwrite_MBps "$(jq -r '.jobs[0].write.bw_bytes / 1e6 | . * 100 | round / 100' "$OUT/$t/overwrite.json")" MB/s
     else
         rec_run "$t" "$run" overwrite_MBps error -
