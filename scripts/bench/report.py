@@ -12,6 +12,7 @@ DOCS_DIR/PERFORMANCE.md, leaving every other section as it is.
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 
@@ -404,7 +405,6 @@ def runs_section(runs, bad, capped):
     present = [t for t in TARGETS if t in runs]
     if not present or max(len(v) for t in present for v in runs[t].values()) < 2:
         return ""
-    med = lambda xs: sorted(xs)[len(xs) // 2] if len(xs) % 2 else sum(sorted(xs)[len(xs) // 2 - 1:len(xs) // 2 + 1]) / 2
     out = ["### Repeated xfs runs (median [min-max] over the runs)", ""]
     bases = [b for b in ("zd-unbound8", "dm") if b in runs]
     hdr = ["metric"] + [f"{NAMES[t]} (n)" for t in present]
@@ -418,7 +418,7 @@ def runs_section(runs, bad, capped):
         for t in present:
             xs = runs[t].get(m, [])
             miss, cap = bad.get((t, m), 0), capped.get((t, m), 0)
-            cell = f"{fmt(str(med(xs)))} [{fmt(str(min(xs)))}-{fmt(str(max(xs)))}] ({len(xs)})" if xs else "-"
+            cell = f"{fmt(str(statistics.median(xs)))} [{fmt(str(min(xs)))}-{fmt(str(max(xs)))}] ({len(xs)})" if xs else "-"
             if cap:
                 cell += f", {cap} capped (lower bounds)"
             if miss:
@@ -429,7 +429,7 @@ def runs_section(runs, bad, capped):
                 if not t.startswith("zd-") or t == b:
                     continue
                 a, c = runs[t].get(m), runs[b].get(m)
-                row.append(ratio(str(med(a)), str(med(c))) if a and c else "-")
+                row.append(ratio(str(statistics.median(a)), str(statistics.median(c))) if a and c else "-")
         out.append("| " + " | ".join(row) + " |")
     out.append("")
     return "\n".join(out)

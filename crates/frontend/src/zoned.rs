@@ -151,7 +151,9 @@ pub(crate) fn set_zoned_params(dev: &mut UblkDev, shared: &ZonedShared, depth: u
     let geo = shared.dev.geometry();
     crate::device::basic_params(dev, geo.capacity());
     let p = &mut dev.tgt.params;
-    p.basic.attrs |= attrs_for_timing(shared.timing.is_some());
+    if shared.timing.is_some() {
+        p.basic.attrs |= sys::UBLK_ATTR_ROTATIONAL;
+    }
     p.basic.chunk_sectors = (geo.zone_size / SECTOR) as u32;
     p.types |= sys::UBLK_PARAM_TYPE_ZONED;
     let (max_open_zones, max_active_zones) = shared.limits();
@@ -269,15 +271,6 @@ async fn wait_for_model(q: &UblkQueue<'_>, clock: &HddClock, ticket: Ticket) {
             tracing::debug!("timing wait: io_uring timeout gave {res}");
             return;
         }
-    }
-}
-
-/// The extra `UBLK_ATTR_*` of an exposed device: rotational when it models a disk.
-fn attrs_for_timing(hdd: bool) -> u32 {
-    if hdd {
-        sys::UBLK_ATTR_ROTATIONAL
-    } else {
-        0
     }
 }
 
