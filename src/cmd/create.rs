@@ -234,13 +234,35 @@ fn format_backend(spec: &DeviceSpec) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The pool as the frontend's [`Dispatch`].
-struct PoolDispatch(Arc<workpool::Pool>);
+/// The pool as the frontend's [`Dispatch`]; `batch_sync` false runs deferred jobs at once.
+struct PoolDispatch {
+    pool: Arc<workpool::Pool>,
+    batch_sync: bool,
+}
 
 impl Dispatch for PoolDispatch {
     fn queue(&self, key: u64, job: Job) {
-        self.0.queue(key, job)
+        self.pool.queue(key, job)
     }
+    fn defer(&self, job: Job) {
+        if self.batch_sync {
+            workpool::defer(job)
+        } else {
+            job()
+        }
+    }
+}
+
+/// A pool batch's writes share their log write (docs/design.md, "Commit and crash ordering")
+/// unless the daemon's environment has `ZONEDD_BATCH_SYNC=0`: each write then writes its own
+/// before the next of its chunk starts, as before; for comparisons (the bench's
+/// `zd-*-nobatch` targets) and as a way out.
+fn batch_sync() -> bool {
+    let on = std::env::var("ZONEDD_BATCH_SYNC").map_or(true, |v| v != "0");
+    if !on {
+        tracing::info!("batched log writes off (ZONEDD_BATCH_SYNC=0): each write logs alone");
+    }
+    on
 }
 
 /// An opened target: the trait object the frontend serves, how to read its counters
@@ -298,6 +320,20 @@ impl BlockTarget for EngineTarget {
     }
     fn write(&self, offset: u64, buf: &[u8], fua: bool) -> Result<(), i32> {
         self.0.write(offset, buf, fua).map_err(errno)
+    }
+    fn write_unsynced(
+        &self,
+        offset: u64,
+        buf: &[u8],
+        fua: bool,
+    ) -> Result<frontend::SyncToken, i32> {
+        let w = self.0.write_unsynced(offset, buf, fua).map_err(errno)?;
+        Ok(frontend::SyncToken(w.into_raw()))
+    }
+    fn sync(&self, token: frontend::SyncToken) -> Result<(), i32> {
+        self.0
+            .sync(dmz::engine::Unsynced::from_raw(token.0))
+            .map_err(errno)
     }
     fn discard(&self, offset: u64, len: u64) -> Result<(), i32> {
         self.0.discard(offset, len).map_err(errno)
@@ -484,7 +520,10 @@ fn daemon_body(
     let io_stats = Arc::new(frontend::queue::IoStats::default());
     let shared = Arc::new(frontend::queue::QueueShared {
         target: opened.target,
-        dispatch: Arc::new(PoolDispatch(pool.clone())),
+        dispatch: Arc::new(PoolDispatch {
+            pool: pool.clone(),
+            batch_sync: batch_sync(),
+        }),
         stats: io_stats.clone(),
         hop_free_reads: hop_free_reads(),
     });

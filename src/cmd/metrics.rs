@@ -100,6 +100,12 @@ const METRICS: &[Def] = &[
     Def("pool_jobs_queued", "Jobs queued on the worker pool.", C, At(&["pool", "jobs_queued"])),
     Def("pool_jobs_run", "Jobs run by the worker pool.", C, At(&["pool", "jobs_run"])),
     Def("pool_jobs_panicked", "Jobs that panicked.", C, At(&["pool", "jobs_panicked"])),
+    Def(
+        "pool_jobs_deferred",
+        "Jobs deferred to the end of their batch (a write's log write and acknowledgement).",
+        C,
+        At(&["pool", "jobs_deferred"]),
+    ),
     Def("pool_works_queued", "Works that went from idle to queued.", C, At(&["pool", "works_queued"])),
     Def("pool_works_requeued", "Works put back on their run queue with new jobs.", C, At(&["pool", "works_requeued"])),
     Def("pool_works_run", "Work batches run.", C, At(&["pool", "works_run"])),

@@ -106,3 +106,37 @@ fn daemon_crash_keeps_acknowledged_writes_without_flush() {
     written.verify(&e2);
     close(e2);
 }
+
+/// Group commit across a batch (what the frontend does with the writes of one pool batch):
+/// writes done one after another and synced afterwards cost one log write together, where
+/// each write synced at once costs its own; and they survive a daemon crash once synced.
+#[test]
+fn writes_synced_together_share_one_log_write() {
+    let dev = formatted_mem(1024, 32, 8, 2);
+    let e = open(dev.clone(), power_cut_opts());
+    let mut w = vec![0u8; BS];
+    let log_writes = |e: &dmz::engine::Engine| e.stats().log_block_writes;
+    let before = log_writes(&e);
+    for b in 0..8u64 {
+        pattern(1, b, &mut w);
+        e.write(b * BS as u64, &w, false).unwrap();
+    }
+    assert_eq!(log_writes(&e) - before, 8, "a write synced at once");
+    let before = log_writes(&e);
+    let mut pending = Vec::new();
+    for b in 8..16u64 {
+        pattern(2, b, &mut w);
+        pending.push(e.write_unsynced(b * BS as u64, &w, false).unwrap());
+    }
+    assert_eq!(log_writes(&e), before, "nothing logged before the sync");
+    // Synced in any order: the first sync writes every record, the others find theirs done.
+    for t in pending.into_iter().rev() {
+        e.sync(t).unwrap();
+    }
+    assert_eq!(log_writes(&e) - before, 1, "eight writes, one log write");
+    crash(e);
+    let e = open(dev, power_cut_opts());
+    assert_blocks(&e, 0, 8, 1);
+    assert_blocks(&e, 8, 8, 2);
+    close(e);
+}

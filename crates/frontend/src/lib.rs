@@ -53,6 +53,22 @@ pub trait BlockTarget: Send + Sync {
     /// Every write completed before this call is durable when it returns.
     fn flush(&self) -> Result<(), i32>;
 
+    /// [`BlockTarget::write`] but for what the writes of one batch can share (the
+    /// engine's metadata-log write): the write is not to be acknowledged until
+    /// [`BlockTarget::sync`] of the token returned here succeeded. The frontend calls it for
+    /// the writes of a pool batch and syncs them at the batch's end. Default: the whole
+    /// write here, nothing left.
+    fn write_unsynced(&self, offset: u64, buf: &[u8], fua: bool) -> Result<SyncToken, i32> {
+        self.write(offset, buf, fua).map(|()| SyncToken(0))
+    }
+
+    /// Finish a write from [`BlockTarget::write_unsynced`]: after this it may be
+    /// acknowledged (it survives a daemon crash).
+    fn sync(&self, token: SyncToken) -> Result<(), i32> {
+        let _ = token;
+        Ok(())
+    }
+
     /// A descriptor the queue threads may read the backend through themselves (registered
     /// as the rings' fixed file 1), for [`BlockTarget::plan_read`]'s segments. `None` (the
     /// default): every read goes through [`BlockTarget::read`] on the pool.
@@ -68,6 +84,11 @@ pub trait BlockTarget: Send + Sync {
         None
     }
 }
+
+/// What a write from [`BlockTarget::write_unsynced`] still needs, in the target's terms.
+#[must_use = "a write is acknowledged only after BlockTarget::sync"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncToken(pub u64);
 
 /// A read a target planned ([`BlockTarget::plan_read`]): segments in request order, and a
 /// guard that keeps what they name (zones of the backend) from being freed or rewritten
@@ -100,6 +121,12 @@ pub type Job = Box<dyn FnOnce() + Send + 'static>;
 /// queueing order; jobs with different keys may run concurrently (a `workpool::Pool`).
 pub trait Dispatch: Send + Sync {
     fn queue(&self, key: u64, job: Job);
+
+    /// Called from a job: run `job` after the other jobs of the batch it belongs to, before
+    /// the key's next batch (`workpool::defer`). Default: at once.
+    fn defer(&self, job: Job) {
+        job()
+    }
 }
 
 /// Runs every job on the calling thread at once (tests, and a fallback without a pool).

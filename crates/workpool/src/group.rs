@@ -10,6 +10,31 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::{cpu, Inner};
 
+/// One queued closure.
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+thread_local! {
+    /// Jobs deferred ([`defer`]) by the batch this worker is running; `None` outside one.
+    static DEFERRED: std::cell::RefCell<Option<Vec<Job>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Run `job` once the batch of jobs the calling job belongs to has run, before its work
+/// takes its next batch (in the order deferred); at once when not called from a job of a
+/// pool (a deferred job deferring again runs at once too). What a batch's jobs can do
+/// once for all of them goes here: the engine's writes of one chunk share one log write.
+pub fn defer(job: Job) {
+    let job = DEFERRED.with(|d| match d.borrow_mut().as_mut() {
+        Some(v) => {
+            v.push(job);
+            None
+        }
+        None => Some(job),
+    });
+    if let Some(job) = job {
+        job();
+    }
+}
+
 /// Counters one group updates; kept per group so CPUs do not bounce one cache line.
 #[derive(Default)]
 #[repr(align(64))]
@@ -20,6 +45,7 @@ pub(crate) struct GroupCounters {
     pub works_run: AtomicU64,
     pub jobs_run: AtomicU64,
     pub jobs_panicked: AtomicU64,
+    pub jobs_deferred: AtomicU64,
     pub wakeups_issued: AtomicU64,
     pub wakeups_empty: AtomicU64,
     pub workers_spawned: AtomicU64,
@@ -196,12 +222,24 @@ fn run_work(inner: &Inner, gi: usize, key: u64) -> bool {
     inner.peak_active.fetch_max(active, Ordering::Relaxed);
     let jobs = inner.works.begin(key);
     let n = jobs.len() as u64;
-    for job in jobs {
+    let run = |job: Job| {
         // A panicking job must not kill the worker nor wedge its work in Running.
         if catch_unwind(AssertUnwindSafe(job)).is_err() {
             counters.jobs_panicked.fetch_add(1, Ordering::Relaxed);
             tracing::error!(pool = %inner.name, key, "job panicked");
         }
+    };
+    DEFERRED.with(|d| *d.borrow_mut() = Some(Vec::new()));
+    for job in jobs {
+        run(job);
+    }
+    // What the batch's jobs deferred, in order, before the work may run its next batch.
+    let deferred = DEFERRED.with(|d| d.borrow_mut().take()).unwrap_or_default();
+    counters
+        .jobs_deferred
+        .fetch_add(deferred.len() as u64, Ordering::Relaxed);
+    for job in deferred {
+        run(job);
     }
     counters.works_run.fetch_add(1, Ordering::Relaxed);
     counters.jobs_run.fetch_add(n, Ordering::Relaxed);

@@ -32,6 +32,12 @@
 //! wait for the next batch, which goes to the back of the run queue so other works get a turn.
 //! Idle works are not stored: the map holds only queued or running works.
 //!
+//! A job may [`defer`] a closure to the end of its batch: the worker runs every deferred
+//! closure, in order, after the batch's last job and before it ends the batch (so before the
+//! work's next batch starts anywhere). The frontend's writes use it for group commit: each
+//! write job puts its data on the device, and one deferred log write per batch acknowledges
+//! them all.
+//!
 //! # Who wakes whom (wake economy)
 //!
 //! Each group counts its *awake free* workers: awake and not executing a work, so they will
@@ -75,6 +81,7 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 
 pub use cpu::worker_cpu;
+pub use group::defer;
 pub use policy::{Policy, PolicyParseError, DEFAULT_MAX_ACTIVE, DEFAULT_MAX_PER_CPU, MAX_LIMIT};
 pub use stats::PoolStats;
 
@@ -172,6 +179,7 @@ impl Pool {
             s.jobs_queued += get(&c.jobs_queued);
             s.jobs_run += get(&c.jobs_run);
             s.jobs_panicked += get(&c.jobs_panicked);
+            s.jobs_deferred += get(&c.jobs_deferred);
             s.works_queued += get(&c.works_queued);
             s.works_requeued += get(&c.works_requeued);
             s.works_run += get(&c.works_run);

@@ -19,6 +19,9 @@ pub struct PoolStats {
     pub jobs_run: u64,
     /// Jobs that panicked (caught; the worker carried on).
     pub jobs_panicked: u64,
+    /// Jobs deferred to the end of their batch ([`crate::defer`]); counted in `jobs_run`
+    /// only when queued.
+    pub jobs_deferred: u64,
     /// Times a work went idle -> queued (a queue that joined a pending work does not count).
     pub works_queued: u64,
     /// Times a running work got new jobs and went back on its run queue.

@@ -482,3 +482,68 @@ fn dropping_last_handle_inside_a_job_does_not_deadlock() {
         rx.recv().unwrap();
     });
 }
+
+/// `defer`: what a batch's jobs defer runs after the batch's last job, in order, before the
+/// work's next batch; outside a job, and from a deferred job, it runs at once.
+#[test]
+fn deferred_jobs_run_at_the_end_of_their_batch() {
+    guard("defer", || {
+        let log = Arc::new(Mutex::new(Vec::<String>::new()));
+        let note = |l: &Arc<Mutex<Vec<String>>>, s: String| l.lock().unwrap().push(s);
+        let l = log.clone();
+        workpool::defer(Box::new(move || note(&l, "outside".into())));
+        assert_eq!(*log.lock().unwrap(), ["outside"], "not in a job: at once");
+
+        let pool = Pool::new("defer", Policy::Unbound { max_active: 1 });
+        // Hold the key's first batch so that the next three jobs form one batch.
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (started_tx, started_rx) = mpsc::channel::<()>();
+        pool.queue(
+            5,
+            Box::new(move || {
+                started_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+            }),
+        );
+        started_rx.recv().unwrap();
+        for i in 0..3 {
+            let l = log.clone();
+            pool.queue(
+                5,
+                Box::new(move || {
+                    note(&l, format!("job {i}"));
+                    let l2 = l.clone();
+                    workpool::defer(Box::new(move || {
+                        note(&l2, format!("deferred {i}"));
+                        let l3 = l2.clone();
+                        workpool::defer(Box::new(move || note(&l3, format!("nested {i}"))));
+                    }));
+                }),
+            );
+        }
+        go_tx.send(()).unwrap();
+        pool.wait_idle();
+        let l = log.clone();
+        pool.queue(5, Box::new(move || note(&l, "next batch".into())));
+        pool.wait_idle();
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "outside",
+                "job 0",
+                "job 1",
+                "job 2",
+                "deferred 0",
+                "nested 0",
+                "deferred 1",
+                "nested 1",
+                "deferred 2",
+                "nested 2",
+                "next batch"
+            ]
+        );
+        let s = pool.stats();
+        assert_eq!((s.jobs_run, s.jobs_deferred), (5, 3));
+        pool.shutdown();
+    });
+}

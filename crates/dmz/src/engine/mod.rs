@@ -103,6 +103,31 @@ fn device_errno(errno: i32) -> i32 {
     }
 }
 
+/// What a write from [`Engine::write_unsynced`] still needs before it may be acknowledged:
+/// the metadata log written up to (not including) this sequence number; nothing when 0.
+#[must_use = "a write is acknowledged only after Engine::sync"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unsynced {
+    upto: u64,
+}
+
+impl Unsynced {
+    /// Nothing left to write (a FUA write, or one that logged nothing).
+    pub const NOTHING: Unsynced = Unsynced { upto: 0 };
+
+    /// As a number, for a caller that carries it through a type-erased interface (the
+    /// frontend's `SyncToken`).
+    pub fn into_raw(self) -> u64 {
+        self.upto
+    }
+
+    /// Back from [`Unsynced::into_raw`]. Any number is safe: syncing writes the log as far
+    /// as it has records, at most.
+    pub fn from_raw(upto: u64) -> Unsynced {
+        Unsynced { upto }
+    }
+}
+
 /// Counters and zone usage, for `zonedd status` and benches.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct EngineStats {
@@ -423,8 +448,30 @@ impl Engine {
         io::plan_read(&self.inner, offset, len)
     }
 
+    /// Write, and return once the write survives a daemon crash (its log block written);
+    /// with `fua`, a power cut too.
     pub fn write(&self, offset: u64, buf: &[u8], fua: bool) -> Result<(), EngineError> {
+        let w = io::write(&self.inner, offset, buf, fua)?;
+        io::sync(&self.inner, w)
+    }
+
+    /// [`Engine::write`] without its last step, the metadata-log write that writes done
+    /// together can share: the data is on the device and reads see it, but the write must
+    /// not be acknowledged before [`Engine::sync`] of what this returns succeeded. Writes
+    /// done one after another and then synced in any order cost one log write together
+    /// (the frontend does this for the writes of one pool batch).
+    pub fn write_unsynced(
+        &self,
+        offset: u64,
+        buf: &[u8],
+        fua: bool,
+    ) -> Result<Unsynced, EngineError> {
         io::write(&self.inner, offset, buf, fua)
+    }
+
+    /// Make a write from [`Engine::write_unsynced`] survive a daemon crash.
+    pub fn sync(&self, w: Unsynced) -> Result<(), EngineError> {
+        io::sync(&self.inner, w)
     }
 
     pub fn discard(&self, offset: u64, len: u64) -> Result<(), EngineError> {

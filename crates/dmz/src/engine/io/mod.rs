@@ -15,7 +15,7 @@ use super::ids::{ChunkId, ZoneId, BLOCK};
 use super::meta::{self, durability};
 use super::{retired_error, EngineError, Inner, State};
 
-pub(super) use write::write;
+pub(super) use write::{sync, write};
 
 const B: u64 = BLOCK as u64;
 

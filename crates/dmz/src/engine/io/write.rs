@@ -12,15 +12,19 @@ use zbd::ZoneOp;
 
 use super::super::ids::{ChunkId, Mapping, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 use super::super::meta::{self, durability, Role};
+use super::super::Unsynced;
 use super::super::{retired_error, EngineError, Inner, Recheck, State};
 use super::split;
 
+/// The write up to its acknowledgement: data on the device and records appended (the
+/// log block written too when `fua`, which flushes). What is left is the log write that
+/// every write of a batch can share: [`sync`] it before acknowledging.
 pub(in crate::engine) fn write(
     inner: &Inner,
     offset: u64,
     buf: &[u8],
     fua: bool,
-) -> Result<(), EngineError> {
+) -> Result<Unsynced, EngineError> {
     super::check_range(inner, offset, buf.len() as u64)?;
     inner.check_failed()?;
     let mut last = 0;
@@ -29,17 +33,29 @@ pub(in crate::engine) fn write(
         last = last.max(write_pieces(inner, p.chunk, p.block, data)?);
         last = last.max(catch_up(inner, p.chunk)?);
     }
-    if fua {
+    let left = if fua {
         inner.stats.fua.fetch_add(1, Ordering::Relaxed);
         durability::flush(inner, false)?;
+        Unsynced::NOTHING
     } else if last > 0 {
-        durability::log_sync(inner, last + 1, false, false)?;
-    }
+        Unsynced { upto: last + 1 }
+    } else {
+        Unsynced::NOTHING
+    };
     inner.stats.writes.fetch_add(1, Ordering::Relaxed);
     inner
         .stats
         .write_bytes
         .fetch_add(buf.len() as u64, Ordering::Relaxed);
+    Ok(left)
+}
+
+/// Write the log up to a write's last record (group commit: nothing when another writer
+/// already wrote it). After this the write survives a daemon crash.
+pub(in crate::engine) fn sync(inner: &Inner, w: Unsynced) -> Result<(), EngineError> {
+    if w.upto > 0 {
+        durability::log_sync(inner, w.upto, false, false)?;
+    }
     Ok(())
 }
 
