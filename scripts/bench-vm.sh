@@ -17,7 +17,8 @@
 #   --device       the zoned device under every target: a memory null_blk (nullb, the default:
 #                  CPU per request) or `zonedd expose --timing hdd` on an emulated SMR image in
 #                  guest RAM (hdd: the HDD model of docs/hdd-model.md; --hdd-params K=V ...
-#                  overrides its parameters); targets zd-unboundN take --pool unbound:N
+#                  overrides its parameters); targets zd-unboundN take --pool unbound:N,
+#                  zd-*-nobatch run with ZONEDD_BATCH_SYNC=0 (a log write per write)
 #   --phases       "block" (fio on the device), "fs" (xfs: dbench, fill, overwrites, umount,
 #                  reclaim settle), or both (the default)
 #   --runs N       the xfs phase N times per target, interleaved; the report adds median

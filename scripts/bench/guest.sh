@@ -3,7 +3,8 @@
 #   raw          the null_blk zoned device's sequential zones (fio --zonemode=zbd): the limit
 #   dm           the kernel's dm-zoned on the zonedd-formatted device
 #   zd-percpu    zonedd's /dev/ublkbN, --pool percpu
-#   zd-unbound8  zonedd's /dev/ublkbN, --pool unbound:8 (zd-unboundN: --pool unbound:N)
+#   zd-unbound8  zonedd's /dev/ublkbN, --pool unbound:8 (zd-unboundN: --pool unbound:N;
+#                zd-percpu-nobatch, zd-unboundN-nobatch: with ZONEDD_BATCH_SYNC=0)
 # on a zoned device that is either a memory null_blk (--device nullb, the default: CPU per
 # request) or an emulated SMR image served by `zonedd expose --timing hdd` (--device hdd: the HDD
 # timing model of docs/hdd-model.md, parameters overridable with --hdd-params "K=V ..."),
@@ -183,10 +184,12 @@ target_up() {
         DEV=/dev/mapper/$DM_NAME
         ;;
     zd-*)
-        local pool=percpu
-        case $t in zd-unbound*) pool=unbound:${t#zd-unbound} ;; esac
+        local pool=percpu base=${t%-nobatch} batch=1
+        case $base in zd-unbound*) pool=unbound:${base#zd-unbound} ;; esac
+        # zd-*-nobatch: each write logs alone (ZONEDD_BATCH_SYNC=0), the A/B baseline.
+        [ "$base" = "$t" ] || batch=0
         zd_format || return 1
-        out=$(timeout 60 "$Z" create --backend "$NB" --queues 2 --depth 64 --pool "$pool" --label "bench-$t" 2>&1) || {
+        out=$(ZONEDD_BATCH_SYNC=$batch timeout 60 "$Z" create --backend "$NB" --queues 2 --depth 64 --pool "$pool" --label "bench-$t" 2>&1) || {
             echo "$out" >&2
             return 1
         }

@@ -45,12 +45,21 @@ RUN_ROWS = [
 
 
 def add_targets(names):
-    """Targets beyond the default four (zd-unboundN), in the order the run had them."""
+    """Targets beyond the default four (zd-unboundN, zd-*-nobatch), in the order the run had
+    them."""
     for t in names:
-        if t.startswith("zd-unbound") and t not in TARGETS:
-            TARGETS.append(t)
-            ZD.append(t)
-            NAMES[t] = "zonedd unbound:" + t[len("zd-unbound"):]
+        if not t.startswith("zd-") or t in TARGETS:
+            continue
+        base = t.removesuffix("-nobatch")
+        if base.startswith("zd-unbound"):
+            name = "zonedd unbound:" + base[len("zd-unbound"):]
+        elif base == "zd-percpu":
+            name = "zonedd percpu"
+        else:
+            continue
+        TARGETS.append(t)
+        ZD.append(t)
+        NAMES[t] = name + (" (log write per write)" if t != base else "")
 
 # (metric, label, better) -- better: "hi" (throughput) or "lo" (time, latency)
 ROWS = [
@@ -401,12 +410,14 @@ def load_runs(path):
 
 def runs_section(runs, bad, capped):
     """Median [min-max] per target over the runs, and medians as ratios to unbound:8 (the
-    kernel's capped workqueue) and dm-zoned."""
+    kernel's capped workqueue), dm-zoned, and each log-write-per-write (-nobatch) target."""
     present = [t for t in TARGETS if t in runs]
     if not present or max(len(v) for t in present for v in runs[t].values()) < 2:
         return ""
     out = ["### Repeated xfs runs (median [min-max] over the runs)", ""]
+    # A *-nobatch target (ZONEDD_BATCH_SYNC=0) is the baseline of its batched twin.
     bases = [b for b in ("zd-unbound8", "dm") if b in runs]
+    bases += [t for t in present if t.endswith("-nobatch")]
     hdr = ["metric"] + [f"{NAMES[t]} (n)" for t in present]
     hdr += [f"{NAMES[t]} / {NAMES[b]}" for b in bases for t in present if t.startswith("zd-") and t != b]
     out.append("| " + " | ".join(hdr) + " |")
