@@ -327,7 +327,11 @@ impl BlockTarget for EngineTarget {
         buf: &[u8],
         fua: bool,
     ) -> Result<frontend::SyncToken, i32> {
-        let w = self.0.write_unsynced(offset, buf, fua).map_err(errno)?;
+        // A write about to wait for a zone first acknowledges the batch's earlier writes.
+        let w = self
+            .0
+            .write_unsynced(offset, buf, fua, &workpool::run_deferred)
+            .map_err(errno)?;
         Ok(frontend::SyncToken(w.into_raw()))
     }
     fn sync(&self, token: frontend::SyncToken) -> Result<(), i32> {

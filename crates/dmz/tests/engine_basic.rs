@@ -126,7 +126,7 @@ fn writes_synced_together_share_one_log_write() {
     let mut pending = Vec::new();
     for b in 8..16u64 {
         pattern(2, b, &mut w);
-        pending.push(e.write_unsynced(b * BS as u64, &w, false).unwrap());
+        pending.push(e.write_unsynced(b * BS as u64, &w, false, &|| {}).unwrap());
     }
     assert_eq!(log_writes(&e), before, "nothing logged before the sync");
     // Synced in any order: the first sync writes every record, the others find theirs done.

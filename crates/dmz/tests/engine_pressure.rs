@@ -156,17 +156,31 @@ fn slow_reclaim_that_progresses_gives_no_enospc() {
     dev.slow.store(true, std::sync::atomic::Ordering::Relaxed);
     // One block in the middle of each of 6 chunks: each needs a buffer zone, so most wait
     // for reclaim to merge a chunk into a reserved zone first.
+    let mut total_waits = 0;
     for c in 0..nr_chunks.min(6) {
         let b = c * blocks_per_chunk + blocks_per_chunk / 2;
         let mut buf = vec![0u8; BS];
         pattern(100 + c, b, &mut buf);
-        if let Err(err) = e.write(b * BS as u64, &buf, false) {
-            panic!("overwrite in chunk {c}: {err}; {:?}", e.stats());
+        // Written in two steps, as the frontend does: a write about to wait for a zone
+        // first calls back, with no engine lock held (the callback takes the state lock).
+        let waits = std::cell::Cell::new(0u32);
+        let before_wait = || {
+            let _ = e.stats();
+            waits.set(waits.get() + 1);
+        };
+        match e.write_unsynced(b * BS as u64, &buf, false, &before_wait) {
+            Ok(w) => e.sync(w).unwrap(),
+            Err(err) => panic!("overwrite in chunk {c}: {err}; {:?}", e.stats()),
         }
+        total_waits += waits.get();
         written.record(b, 1, 100 + c);
     }
     let s = e.stats();
     assert!(s.reclaim_zones > 0, "reclaim must have run: {s:?}");
+    assert!(
+        total_waits > 0,
+        "some overwrite must have waited for a zone"
+    );
     written.verify(&e);
     close(e);
 }

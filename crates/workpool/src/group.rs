@@ -13,19 +13,44 @@ use crate::{cpu, Inner};
 /// One queued closure.
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
+/// What the jobs of the running batch deferred: not yet run, and how many in all.
+#[derive(Default)]
+struct Deferred {
+    jobs: Vec<Job>,
+    count: u64,
+}
+
 thread_local! {
-    /// Jobs deferred ([`defer`]) by the batch this worker is running; `None` outside one.
-    static DEFERRED: std::cell::RefCell<Option<Vec<Job>>> = const { std::cell::RefCell::new(None) };
+    /// The batch this worker is running; `None` outside one.
+    static DEFERRED: std::cell::RefCell<Option<Deferred>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs a deferred job; a panic is logged, not passed to whoever ran it.
+fn run_one(job: Job) {
+    if catch_unwind(AssertUnwindSafe(job)).is_err() {
+        tracing::error!("deferred job panicked");
+    }
+}
+
+/// Run at once, in order, what the calling job's batch has deferred so far (nothing outside
+/// a job); later defers of the batch wait for its end again. For a job about to block for
+/// long: what it deferred need not wait for it.
+pub fn run_deferred() {
+    let now = DEFERRED.with(|d| d.borrow_mut().as_mut().map(|d| std::mem::take(&mut d.jobs)));
+    for job in now.unwrap_or_default() {
+        run_one(job);
+    }
 }
 
 /// Run `job` once the batch of jobs the calling job belongs to has run, before its work
 /// takes its next batch (in the order deferred); at once when not called from a job of a
-/// pool (a deferred job deferring again runs at once too). What a batch's jobs can do
+/// pool, or from a job deferred that runs at the batch's end. What a batch's jobs can do
 /// once for all of them goes here: the engine's writes of one chunk share one log write.
 pub fn defer(job: Job) {
     let job = DEFERRED.with(|d| match d.borrow_mut().as_mut() {
-        Some(v) => {
-            v.push(job);
+        Some(d) => {
+            d.jobs.push(job);
+            d.count += 1;
             None
         }
         None => Some(job),
@@ -222,24 +247,21 @@ fn run_work(inner: &Inner, gi: usize, key: u64) -> bool {
     inner.peak_active.fetch_max(active, Ordering::Relaxed);
     let jobs = inner.works.begin(key);
     let n = jobs.len() as u64;
-    let run = |job: Job| {
+    DEFERRED.with(|d| *d.borrow_mut() = Some(Deferred::default()));
+    for job in jobs {
         // A panicking job must not kill the worker nor wedge its work in Running.
         if catch_unwind(AssertUnwindSafe(job)).is_err() {
             counters.jobs_panicked.fetch_add(1, Ordering::Relaxed);
             tracing::error!(pool = %inner.name, key, "job panicked");
         }
-    };
-    DEFERRED.with(|d| *d.borrow_mut() = Some(Vec::new()));
-    for job in jobs {
-        run(job);
     }
     // What the batch's jobs deferred, in order, before the work may run its next batch.
     let deferred = DEFERRED.with(|d| d.borrow_mut().take()).unwrap_or_default();
     counters
         .jobs_deferred
-        .fetch_add(deferred.len() as u64, Ordering::Relaxed);
-    for job in deferred {
-        run(job);
+        .fetch_add(deferred.count, Ordering::Relaxed);
+    for job in deferred.jobs {
+        run_one(job);
     }
     counters.works_run.fetch_add(1, Ordering::Relaxed);
     counters.jobs_run.fetch_add(n, Ordering::Relaxed);

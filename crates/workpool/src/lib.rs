@@ -81,7 +81,7 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 
 pub use cpu::worker_cpu;
-pub use group::defer;
+pub use group::{defer, run_deferred};
 pub use policy::{Policy, PolicyParseError, DEFAULT_MAX_ACTIVE, DEFAULT_MAX_PER_CPU, MAX_LIMIT};
 pub use stats::PoolStats;
 

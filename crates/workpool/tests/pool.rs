@@ -484,7 +484,8 @@ fn dropping_last_handle_inside_a_job_does_not_deadlock() {
 }
 
 /// `defer`: what a batch's jobs defer runs after the batch's last job, in order, before the
-/// work's next batch; outside a job, and from a deferred job, it runs at once.
+/// work's next batch; outside a job, and from a deferred job, it runs at once;
+/// `run_deferred` runs what was deferred so far at once.
 #[test]
 fn deferred_jobs_run_at_the_end_of_their_batch() {
     guard("defer", || {
@@ -512,6 +513,12 @@ fn deferred_jobs_run_at_the_end_of_their_batch() {
                 5,
                 Box::new(move || {
                     note(&l, format!("job {i}"));
+                    if i == 1 {
+                        // A job about to block runs what the batch deferred so far.
+                        let l1 = l.clone();
+                        workpool::defer(Box::new(move || note(&l1, "early 1".into())));
+                        workpool::run_deferred();
+                    }
                     let l2 = l.clone();
                     workpool::defer(Box::new(move || {
                         note(&l2, format!("deferred {i}"));
@@ -532,8 +539,9 @@ fn deferred_jobs_run_at_the_end_of_their_batch() {
                 "outside",
                 "job 0",
                 "job 1",
-                "job 2",
                 "deferred 0",
+                "early 1",
+                "job 2",
                 "nested 0",
                 "deferred 1",
                 "nested 1",
@@ -543,7 +551,7 @@ fn deferred_jobs_run_at_the_end_of_their_batch() {
             ]
         );
         let s = pool.stats();
-        assert_eq!((s.jobs_run, s.jobs_deferred), (5, 3));
+        assert_eq!((s.jobs_run, s.jobs_deferred), (5, 5));
         pool.shutdown();
     });
 }

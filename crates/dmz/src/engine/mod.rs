@@ -451,7 +451,7 @@ impl Engine {
     /// Write, and return once the write survives a daemon crash (its log block written);
     /// with `fua`, a power cut too.
     pub fn write(&self, offset: u64, buf: &[u8], fua: bool) -> Result<(), EngineError> {
-        let w = io::write(&self.inner, offset, buf, fua)?;
+        let w = io::write(&self.inner, offset, buf, fua, &|| {})?;
         io::sync(&self.inner, w)
     }
 
@@ -459,14 +459,18 @@ impl Engine {
     /// together can share: the data is on the device and reads see it, but the write must
     /// not be acknowledged before [`Engine::sync`] of what this returns succeeded. Writes
     /// done one after another and then synced in any order cost one log write together
-    /// (the frontend does this for the writes of one pool batch).
+    /// (the frontend does this for the writes of one pool batch). `before_wait` runs, with
+    /// no engine lock held, whenever the write is about to sleep until a zone is free: the
+    /// caller acknowledges what it held back (`workpool::run_deferred`), so that a write
+    /// stuck behind reclaim does not hold back the writes done before it.
     pub fn write_unsynced(
         &self,
         offset: u64,
         buf: &[u8],
         fua: bool,
+        before_wait: &dyn Fn(),
     ) -> Result<Unsynced, EngineError> {
-        io::write(&self.inner, offset, buf, fua)
+        io::write(&self.inner, offset, buf, fua, before_wait)
     }
 
     /// Make a write from [`Engine::write_unsynced`] survive a daemon crash.

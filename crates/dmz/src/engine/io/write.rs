@@ -18,19 +18,21 @@ use super::split;
 
 /// The write up to its acknowledgement: data on the device and records appended (the
 /// log block written too when `fua`, which flushes). What is left is the log write that
-/// every write of a batch can share: [`sync`] it before acknowledging.
+/// every write of a batch can share: [`sync`] it before acknowledging. `before_wait` runs
+/// each time the write is about to sleep for a free zone, with no engine lock held.
 pub(in crate::engine) fn write(
     inner: &Inner,
     offset: u64,
     buf: &[u8],
     fua: bool,
+    before_wait: &dyn Fn(),
 ) -> Result<Unsynced, EngineError> {
     super::check_range(inner, offset, buf.len() as u64)?;
     inner.check_failed()?;
     let mut last = 0;
     for p in split(inner, offset, buf.len() as u64) {
         let data = &buf[p.pos..p.pos + p.len];
-        last = last.max(write_pieces(inner, p.chunk, p.block, data)?);
+        last = last.max(write_pieces(inner, p.chunk, p.block, data, before_wait)?);
         last = last.max(catch_up(inner, p.chunk)?);
     }
     let left = if fua {
@@ -134,6 +136,7 @@ fn write_pieces(
     chunk: ChunkId,
     mut b: u32,
     mut data: &[u8],
+    before_wait: &dyn Fn(),
 ) -> Result<u64, EngineError> {
     let mut last = 0;
     let deadline = Instant::now() + inner.opts.reclaim.wait_timeout;
@@ -153,6 +156,7 @@ fn write_pieces(
                 data = &data[n as usize * BLOCK..];
             }
             Step::NeedZone { conv_only } => {
+                before_wait();
                 if let Err(e) = wait_free(inner, conv_only, deadline, &mut ticket.t) {
                     // An early stream piece may have mapped an empty sequential zone.
                     let _g = inner.chunk_lock(chunk).write();
