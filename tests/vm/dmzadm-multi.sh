@@ -5,7 +5,9 @@
 #   1. `dmzadm --format CACHE ZONED1 ZONED2`; `zonedd check` opens it; the kernel's dm-zoned writes
 #      generated data (a 32 MiB stream, unaligned first writes, an overwrite); `dmsetup remove`;
 #      `zonedd check` clean; `zonedd create --cache C --backend Z1 --backend Z2` reads every range back
-#      identical through /dev/ublkbN.
+#      identical through /dev/ublkbN; zonedd writes the start of every chunk left unmapped, which
+#      needs more sequential zones than the first drive has: the second drive's zones in use
+#      must grow, and everything reads back.
 #   2. xfs on /dev/ublkbN: mkfs.xfs, files written, unmounted, `xfs_repair -n` clean,
 #      `zonedd delete`; `dmzadm --check` clean on what zonedd committed; the kernel's dm-zoned
 #      mounts it, every file compares, it writes one more, `xfs_repair -n` clean; back in zonedd
@@ -15,7 +17,7 @@
 #      `dmzadm --check` clean.
 # dmzadm comes from scripts/install-deps.sh (trixie's dm-zoned-tools on Debian 12). Without it
 # the scenario prints a SKIP line and runs nothing: no silent pass.
-# vm-timeout: 600
+# vm-timeout: 900
 # vm-memory: 2G
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
@@ -139,6 +141,21 @@ zd_check "on what dm-zoned wrote on dmzadm's volume"
 step "zonedd create --cache $cb --backend $zb --backend $zb2: read back through /dev/ublkbN"
 zd_create
 raw_script "$bdev" "zonedd: dm-zoned's data read back through $bdev differs" read "${dm_final[@]}"
+# zonedd writes the start of every chunk dm-zoned left empty there: each aligned first write
+# takes a sequential zone, more than the first drive has, so the second drive must take some.
+used() { blkzone report "$1" | grep -vcF '(em)' || true; } # zones not empty
+used2=$(used "$zb2")
+fresh=()
+for ((c = 0; c < nr_chunks; c++)); do
+    case " 0 1 2 4 5 9 30 31 " in *" $c "*) continue ;; esac
+    fresh+=("$((c * C)) $((64 * K)) $((40 + c))")
+done
+step "zonedd writes ${#fresh[@]} fresh chunks (the second drive had $used2 zones in use)"
+raw_script "$bdev" "zonedd: writing fresh chunks" write "${fresh[@]}"
+raw_script "$bdev" "zonedd: fresh chunks read back" read "${fresh[@]}" "${dm_final[@]}"
+now2=$(used "$zb2")
+echo "second drive: $used2 -> $now2 zones in use; first drive: $(used "$zb")"
+[ "$now2" -gt "$used2" ] || vm_fail "zonedd wrote ${#fresh[@]} chunks and none on the second drive"
 t1=$SECONDS
 
 # ---- 2. xfs on both sides --------------------------------------------------------------------
