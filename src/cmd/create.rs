@@ -658,6 +658,121 @@ pub(crate) fn unpublish(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use frontend::completion::{Kicker, TagCompletion};
+    use frontend::queue::{execute, IoStats, QueueShared};
+    use frontend::request::Request;
+    use libublk::helpers::IoBuf;
+    use std::sync::{mpsc, Condvar};
+
+    /// Counts the jobs queued (the test waits on it) and passes everything to the pool.
+    struct Counting {
+        inner: PoolDispatch,
+        queued: Mutex<usize>,
+        cv: Condvar,
+    }
+    impl Dispatch for Counting {
+        fn queue(&self, key: u64, job: Job) {
+            self.inner.queue(key, job);
+            *self.queued.lock().unwrap() += 1;
+            self.cv.notify_all();
+        }
+        fn defer(&self, job: Job) {
+            self.inner.defer(job)
+        }
+    }
+
+    /// Log blocks the engine writes for 8 writes of one chunk that queue up behind a busy
+    /// work of that chunk on the daemon's pool, through the frontend's request path.
+    fn log_writes_for_a_batch_of_8(batch_sync: bool) -> u64 {
+        let dev = zbd::MemDevice::with_zones(1 << 20, 16, 4).unwrap();
+        let opts = dmz::sets::FormatOptions {
+            label: None,
+            reserved_seq: 2,
+        };
+        dmz::sets::format_device(&dev, &opts, &mut |_, _| {}).unwrap();
+        // No reclaim: its passes flush (a log write) whenever it wakes.
+        let mut eo = dmz::engine::EngineOptions::default();
+        eo.reclaim.enabled = false;
+        let engine = dmz::engine::Engine::open(Arc::new(dev), eo).unwrap();
+        let target = Arc::new(EngineTarget(engine));
+        let pool = Arc::new(workpool::Pool::new(
+            "t",
+            workpool::Policy::Unbound { max_active: 1 },
+        ));
+        let dispatch = Arc::new(Counting {
+            inner: PoolDispatch {
+                pool: pool.clone(),
+                batch_sync,
+            },
+            queued: Mutex::new(0),
+            cv: Condvar::new(),
+        });
+        let shared = Arc::new(QueueShared {
+            target: target.clone(),
+            dispatch: dispatch.clone(),
+            stats: Arc::new(IoStats::default()),
+            hop_free_reads: false,
+        });
+        // Chunk 0 written whole first: the 8 writes below, in whatever order their threads
+        // queue them, are overwrites in place in its buffer zone (no zone emptied, no flush).
+        target.0.write(0, &vec![0x55; 1 << 20], false).unwrap();
+        // Chunk 0's work is busy (started, so its batch holds it alone) until the 8 writes
+        // are queued behind it: they form the next batch.
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (started_tx, started_rx) = mpsc::channel::<()>();
+        dispatch.queue(
+            0,
+            Box::new(move || {
+                let _ = started_tx.send(());
+                let _ = go_rx.recv();
+            }),
+        );
+        started_rx.recv().unwrap();
+        let before = target.0.stats().log_block_writes;
+        let writers: Vec<_> = (0..8u64)
+            .map(|i| {
+                let sh = shared.clone();
+                std::thread::spawn(move || {
+                    let c = Arc::new(TagCompletion::new(Arc::new(Kicker::new().unwrap())));
+                    let buf = Arc::new(IoBuf::<u8>::new(4096));
+                    // SAFETY: the buffer is 4096 bytes and nothing else uses it yet.
+                    unsafe { std::ptr::write_bytes(buf.as_mut_ptr(), i as u8 + 1, 4096) };
+                    let w = Request::Write {
+                        offset: i * 4096,
+                        len: 4096,
+                        fua: false,
+                    };
+                    smol::block_on(execute(w, &buf, &c, &sh))
+                })
+            })
+            .collect();
+        {
+            let mut q = dispatch.queued.lock().unwrap();
+            while *q < 9 {
+                q = dispatch.cv.wait(q).unwrap();
+            }
+        }
+        go_tx.send(()).unwrap();
+        for w in writers {
+            assert_eq!(w.join().unwrap(), 4096);
+        }
+        let n = target.0.stats().log_block_writes - before;
+        let mut r = vec![0u8; 8 * 4096];
+        target.0.read(0, &mut r).unwrap();
+        for (i, b) in r.chunks(4096).enumerate() {
+            assert!(b.iter().all(|&x| x == i as u8 + 1), "block {i}");
+        }
+        pool.shutdown();
+        n
+    }
+
+    /// The daemon's wiring of group commit (PoolDispatch defers, EngineTarget syncs): one
+    /// log write for the batch, against one per write with ZONEDD_BATCH_SYNC=0's setting.
+    #[test]
+    fn writes_batched_on_the_pool_share_one_log_write() {
+        assert_eq!(log_writes_for_a_batch_of_8(true), 1);
+        assert_eq!(log_writes_for_a_batch_of_8(false), 8);
+    }
 
     #[test]
     fn mem_backend_sizes_parse_like_every_size_option() {
