@@ -62,8 +62,11 @@ lane_a() {
         return 1
     fi
     aphase "VM scenarios (real kernel in qemu: ${ZONEDD_VM_KERNEL:-6.12}): ${scenarios[*]}"
+    # xfstests' two sides one after the other (about 3 min more), not side by side: once, side
+    # by side, generic/322 on the zonedd side found its scratch filesystem not mounted where it
+    # had mounted it (docs/vm-testing.md, "Both sides at once": not explained yet).
     # shellcheck disable=SC2068 # an emptied entry must vanish, not become an empty name
-    scripts/vm-test.sh --no-build ${scenarios[@]} || rc=1
+    ZONEDD_VM_XFSTESTS_SERIAL=1 scripts/vm-test.sh --no-build ${scenarios[@]} || rc=1
     aphase "power-cut loop (tests/vm/powercut-loop.sh driven from the host: two boots per round)"
     scripts/vm/powercut-host.sh || rc=1
     aphase "lane A done: $([ "$rc" = 0 ] && echo passed || echo FAILED)"
