@@ -258,9 +258,18 @@ impl Dispatch for PoolDispatch {
 /// before the next of its chunk starts, as before; for comparisons (the bench's
 /// `zd-*-nobatch` targets) and as a way out.
 fn batch_sync() -> bool {
-    let on = std::env::var("ZONEDD_BATCH_SYNC").map_or(true, |v| v != "0");
+    env_switch(
+        "ZONEDD_BATCH_SYNC",
+        "batched log writes off: each write logs alone",
+    )
+}
+
+/// A behaviour the daemon's environment turns off with `VAR=0` (on otherwise); says so in
+/// the log when off.
+fn env_switch(var: &str, off: &str) -> bool {
+    let on = std::env::var(var).map_or(true, |v| v != "0");
     if !on {
-        tracing::info!("batched log writes off (ZONEDD_BATCH_SYNC=0): each write logs alone");
+        tracing::info!("{off} ({var}=0)");
     }
     on
 }
@@ -385,13 +394,10 @@ impl frontend::PlanGuard for EnginePlan {
 /// has `ZONEDD_HOP_FREE_READS=0`: the switch back to reads through the pool, for
 /// comparisons and as a way out.
 fn hop_free_reads() -> bool {
-    let on = std::env::var("ZONEDD_HOP_FREE_READS").map_or(true, |v| v != "0");
-    if !on {
-        tracing::info!(
-            "hop-free reads off (ZONEDD_HOP_FREE_READS=0): every read goes through the pool"
-        );
-    }
-    on
+    env_switch(
+        "ZONEDD_HOP_FREE_READS",
+        "hop-free reads off: every read goes through the pool",
+    )
 }
 
 /// The capacity of a `mem:SIZE` backend, `None` for any other backend. SIZE is spelled as

@@ -35,21 +35,21 @@ pub(in crate::engine) fn write(
         last = last.max(write_pieces(inner, p.chunk, p.block, data, before_wait)?);
         last = last.max(catch_up(inner, p.chunk)?);
     }
-    let left = if fua {
+    if fua {
         inner.stats.fua.fetch_add(1, Ordering::Relaxed);
         durability::flush(inner, false)?;
-        Unsynced::NOTHING
-    } else if last > 0 {
-        Unsynced { upto: last + 1 }
-    } else {
-        Unsynced::NOTHING
-    };
+    }
     inner.stats.writes.fetch_add(1, Ordering::Relaxed);
     inner
         .stats
         .write_bytes
         .fetch_add(buf.len() as u64, Ordering::Relaxed);
-    Ok(left)
+    // The flush of a FUA write has written the log too.
+    Ok(if fua || last == 0 {
+        Unsynced::NOTHING
+    } else {
+        Unsynced { upto: last + 1 }
+    })
 }
 
 /// Write the log up to a write's last record (group commit: nothing when another writer
