@@ -54,7 +54,12 @@ pub(in crate::engine) fn load(
         stats: Counters::default(),
         failed: Mutex::new(None),
         is_failed: AtomicBool::new(false),
-        bg: Mutex::new(Bg::default()),
+        // The opened volume is new to reclaim: until its first look has decided, it counts
+        // as work pending (`reclaim::wait_idle` waits for that look).
+        bg: Mutex::new(Bg {
+            reclaim_hint: true,
+            ..Bg::default()
+        }),
         bg_cv: Condvar::new(),
         reclaim_cv: Condvar::new(),
         idle_cv: Condvar::new(),
