@@ -40,6 +40,7 @@ mod multi;
 mod options;
 mod regular;
 mod state;
+mod timed;
 pub mod timing;
 
 pub use aligned::AlignedBuf;
@@ -53,6 +54,7 @@ pub use options::{
     DEFAULT_ZONE_SIZE, MIN_EMULATED_ZONE_SIZE,
 };
 pub use regular::RegularDevice;
+pub use timed::TimedDevice;
 
 /// zonedd (like dm-zoned) works in 4 KiB blocks.
 pub const BLOCK_SIZE: u64 = 4096;
