@@ -140,6 +140,59 @@ fn data_round_trip_reopen_and_kill9() {
     assert!(r.summary.clean, "{:?}", r.errors);
 }
 
+/// Sequential zones written on each drive, the tertiary superblock's zone left out.
+fn data_zones_written(d: &Drive) -> usize {
+    d.report_all().unwrap()[1..]
+        .iter()
+        .filter(|z| z.zone_type.is_sequential() && z.wp > z.start)
+        .count()
+}
+
+/// Streams of two chunks and reclaim's destinations go to both drives, not the first one
+/// until it is full; with spreading off, the first drive takes everything. The data reads
+/// back after a reopen either way.
+#[test]
+fn streams_and_reclaim_destinations_are_spread_over_the_drives() {
+    for spread in [true, false] {
+        let (c, d) = members(8, &[12, 12]);
+        let m = compose(&c, &d);
+        format(&*m, 2);
+        let mut o = test_opts();
+        o.reclaim.enabled = false;
+        o.spread_over_drives = spread;
+        let e = open(m.clone(), o.clone());
+        let chunk = e.chunk_size() / BS as u64;
+        let mut w = Written::new(&e);
+        // Two streams, each half a chunk from the chunk's first block.
+        w.write(&e, 0, chunk / 2, 1);
+        w.write(&e, chunk, chunk / 2, 2);
+        let per_drive: Vec<usize> = d.iter().map(data_zones_written).collect();
+        assert_eq!(
+            per_drive,
+            if spread { [1, 1] } else { [2, 0] },
+            "spread {spread}"
+        );
+        // Two chunks in cache zones (first written past their start), moved by reclaim.
+        w.write(&e, 4 * chunk + 9, 3, 3);
+        w.write(&e, 5 * chunk + 9, 3, 4);
+        e.debug_reclaim_chunk(4, true).unwrap();
+        e.debug_reclaim_chunk(5, true).unwrap();
+        let per_drive: Vec<usize> = d.iter().map(data_zones_written).collect();
+        assert_eq!(
+            per_drive,
+            if spread { [2, 2] } else { [4, 0] },
+            "spread {spread}"
+        );
+        w.verify(&e);
+        close(e);
+        let e = open(m.clone(), o);
+        w.verify(&e);
+        close(e);
+        let r = dmz::check::check(&*m, false).unwrap();
+        assert!(r.summary.clean, "{:?}", r.errors);
+    }
+}
+
 #[test]
 fn a_missing_foreign_or_misplaced_drive_is_refused() {
     let (c, d) = members(8, &[12, 12]);

@@ -46,6 +46,10 @@ pub struct EngineOptions {
     /// A first write at a chunk's first block goes straight to a free sequential zone
     /// (false: dm-zoned's behaviour, every new chunk starts in a conventional zone).
     pub direct_sequential: bool,
+    /// On a volume of several zoned drives, take each sequential zone from the drive with
+    /// the fewest zones being written, so that concurrent streams and reclaim use every
+    /// drive at once (false: in zone order, the first drive until it is full).
+    pub spread_over_drives: bool,
 }
 
 impl Default for EngineOptions {
@@ -56,6 +60,7 @@ impl Default for EngineOptions {
             cache_bitmap_blocks: 1024,
             log_commit_pct: 50,
             direct_sequential: true,
+            spread_over_drives: true,
         }
     }
 }

@@ -36,6 +36,14 @@ pub(in crate::engine) fn load(
     let next_seq = replay(&*dev, &mut meta, &layout, &blocks)?;
     settle(&*dev, &mut meta)?;
     meta.zones.build_pools();
+    if opts.spread_over_drives {
+        let drives = dev.members().into_iter().filter(|m| !m.cache);
+        meta.zones.set_drives(
+            drives
+                .map(|m| m.first_zone..m.first_zone + m.nr_zones)
+                .collect(),
+        );
+    }
     meta.log.start_at(next_seq);
 
     let nr_locks = (layout.nr_chunks as usize).clamp(1, 4096);

@@ -3,6 +3,7 @@
 //! [`super::Meta`] calls them from record application and allocation only.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use zbd::{Zone, ZoneCondition};
@@ -65,7 +66,16 @@ pub(super) struct Zones {
     clock: u32,
     /// Origin of `used_at`.
     born: Instant,
+    /// The zoned drives' zone ranges of a multi-device volume whose sequential zones are
+    /// spread over its drives (see [`Zones::set_drives`]); empty: taken in pool order.
+    drives: Vec<Range<u32>>,
+    /// Per drive, the sequential zones recently taken from it: those still owned and not
+    /// full are its streams and reclaim destinations being written (its load).
+    taken: Vec<VecDeque<ZoneId>>,
 }
+
+/// Zones remembered per drive in [`Zones::taken`]: more than a drive has streams.
+const TAKEN_KEPT: usize = 64;
 
 impl Zones {
     pub fn from_report(report: &[Zone], zone_size: u64, nr_reserved: u32) -> Zones {
@@ -112,6 +122,67 @@ impl Zones {
             nr_conv_data_zones: 0,
             clock: 0,
             born: Instant::now(),
+            drives: Vec::new(),
+            taken: Vec::new(),
+        }
+    }
+
+    /// Spread sequential zones over the zoned drives `drives` (zone ranges): each zone is
+    /// taken from the drive with the fewest zones being written, so concurrent streams and
+    /// reclaim destinations land on different drives and the drives work in parallel (in
+    /// pool order, every zone would come from the first drive until it is full). Fewer
+    /// than two drives: nothing to spread.
+    pub fn set_drives(&mut self, drives: Vec<Range<u32>>) {
+        if drives.len() < 2 {
+            return;
+        }
+        self.taken = vec![VecDeque::new(); drives.len()];
+        self.drives = drives;
+    }
+
+    /// The zoned drive (an index into the drives of [`Zones::set_drives`]) holding `zone`.
+    fn drive_of(&self, zone: ZoneId) -> Option<usize> {
+        self.drives.iter().position(|r| r.contains(&zone.0))
+    }
+
+    /// Take the next free sequential zone: the pool's first, or with drives to spread
+    /// over, the first of the least loaded drive (ties: the one with the most free zones).
+    fn pop_free_seq(&mut self) -> Option<ZoneId> {
+        if self.drives.is_empty() {
+            return self.free_seq.pop_front();
+        }
+        let zb = self.zone_blocks;
+        let z = &self.z;
+        let mut free = vec![0usize; self.drives.len()];
+        let mut first = vec![None; self.drives.len()];
+        for (i, zone) in self.free_seq.iter().enumerate() {
+            if let Some(d) = self.drives.iter().position(|r| r.contains(&zone.0)) {
+                free[d] += 1;
+                first[d].get_or_insert(i);
+            }
+        }
+        for t in &mut self.taken {
+            t.retain(|q| z[q.idx()].chunk.is_some() && z[q.idx()].wp < zb);
+        }
+        let best = (0..self.drives.len())
+            .filter(|&d| free[d] > 0)
+            .min_by_key(|&d| (self.taken[d].len(), std::cmp::Reverse(free[d])));
+        let zone = match best {
+            Some(d) => self.free_seq.remove(first[d].expect("free > 0"))?,
+            None => self.free_seq.pop_front()?,
+        };
+        self.note_taken(zone);
+        Some(zone)
+    }
+
+    /// Count `zone` (just taken) in its drive's load.
+    fn note_taken(&mut self, zone: ZoneId) {
+        if let Some(d) = self.drive_of(zone) {
+            let t = &mut self.taken[d];
+            if t.len() == TAKEN_KEPT {
+                t.pop_front();
+            }
+            t.push_back(zone);
         }
     }
 
@@ -273,13 +344,20 @@ impl Zones {
     }
 
     pub fn alloc_seq(&mut self, role: Role, chunk: ChunkId) -> Option<ZoneId> {
-        let z = self.free_seq.pop_front()?;
+        let z = self.pop_free_seq()?;
         Some(self.take(z, role, chunk))
     }
 
     /// A sequential destination for reclaim: a free one, else a reserved one.
     pub fn alloc_seq_reclaim(&mut self, chunk: ChunkId) -> Option<ZoneId> {
-        let z = self.free_seq.pop_front().or_else(|| self.reserved.pop())?;
+        let z = match self.pop_free_seq() {
+            Some(z) => z,
+            None => {
+                let z = self.reserved.pop()?;
+                self.note_taken(z);
+                z
+            }
+        };
         Some(self.take(z, Role::Data, chunk))
     }
 
@@ -468,6 +546,34 @@ mod tests {
         let mut z = Zones::from_report(&report, 1 << 20, 0);
         z.build_pools();
         z
+    }
+
+    /// Two drives of 4 zones: zones go to the drive with fewer zones being written, ties
+    /// to the one with more free zones; a full zone no longer counts.
+    #[test]
+    fn sequential_zones_are_spread_over_the_drives() {
+        let mut z = seq_zones(8);
+        z.set_drives(vec![0..4, 4..8]);
+        let drive = |zone: super::ZoneId| zone.0 / 4;
+        let a = z.alloc_seq(Role::Data, ChunkId(0)).unwrap();
+        let b = z.alloc_seq(Role::Data, ChunkId(1)).unwrap();
+        assert_ne!(drive(a), drive(b), "two streams, two drives: {a} {b}");
+        // The drive with more free zones wins a tie: after a third stream, the fourth goes
+        // to the other drive, then streams alternate.
+        let c = z.alloc_seq(Role::Data, ChunkId(2)).unwrap();
+        let d = z.alloc_seq(Role::Data, ChunkId(3)).unwrap();
+        assert_ne!(drive(c), drive(d));
+        // a's zone is written full: its drive is the less loaded one now.
+        z.set_wp(a, z.zone_blocks());
+        let e = z.alloc_seq_reclaim(ChunkId(4)).unwrap();
+        assert_eq!(drive(e), drive(a), "reclaim destinations spread too");
+        // Without drives to spread over, the pool's order.
+        let mut one = seq_zones(8);
+        one.set_drives(std::iter::once(0..8).collect());
+        let ids: Vec<u32> = (0..3)
+            .map(|c| one.alloc_seq(Role::Data, ChunkId(c)).unwrap().0)
+            .collect();
+        assert_eq!(ids, [0, 1, 2]);
     }
 
     #[test]
