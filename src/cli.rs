@@ -194,7 +194,8 @@ pub mod create {
         #[arg(long)]
         pub max_active: Option<u32>,
         /// Zones reclaimed at once (default: 1 on a spinning disk, where parallel copies would
-        /// seek against each other; 2 otherwise).
+        /// seek against each other, one per zoned drive of a multi-device volume; 2, or the
+        /// number of drives if more, otherwise).
         #[arg(long)]
         pub reclaim_max_active: Option<u32>,
         /// Format the backend first (destroys its data).

@@ -26,11 +26,15 @@ pub use crate::cli::create::Args;
 /// Reclaim parallelism when `--reclaim-max-active` is not given. Reclaim is what sustained
 /// random writes wait for once the buffer zones run out; on flash or memory two copies at
 /// once use a second CPU (measured in the VM: 12.2 -> 18.3 IOPS, docs/PERFORMANCE.md), on a
-/// spinning disk they would make its head seek between four zones.
-fn default_reclaim_parallel(backend: &Path) -> usize {
-    match zbd::sysfs_rotational(backend) {
-        Some(true) => 1,
-        _ => 2,
+/// spinning disk they would make its head seek between four zones. A volume of several
+/// zoned drives takes a copy per drive: the engine spreads reclaim's destinations over the
+/// drives, so each drive writes one zone at a time and the drives drain together
+/// (`benches/multidrive.rs`: 1.98x with two drives on the hdd model).
+fn default_reclaim_parallel(spec: &DeviceSpec) -> usize {
+    let drives = 1 + spec.more_backends.len();
+    match zbd::sysfs_rotational(Path::new(&spec.backend)) {
+        Some(true) => drives,
+        _ => drives.max(2),
     }
 }
 
@@ -428,7 +432,7 @@ fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
     let mut opts = dmz::engine::EngineOptions::default();
     opts.reclaim.parallel = match spec.reclaim_max_active {
         Some(n) => n.max(1) as usize,
-        None => default_reclaim_parallel(Path::new(&spec.backend)),
+        None => default_reclaim_parallel(spec),
     };
     let geometry = geometry_json(dev.as_ref());
     let engine = dmz::engine::Engine::open(dev, opts).map_err(|e| match e {
