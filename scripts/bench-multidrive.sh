@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Multi-device volumes in the VM: four concurrent sequential streams (fio) on a cache device
+# (memory null_blk) and one or two zoned drives served by `zonedd expose --timing hdd`,
+# zonedd against the kernel's dm-zoned on the same devices, in one boot. Prints MB/s per
+# target and drive count (median over the rounds) and the ratios: two drives / one, zonedd /
+# dm-zoned. The drives run the hdd model scaled down to rates qemu TCG keeps up with
+# (PARAMS; see scripts/bench-hdd-model.sh): the ratios are the model's, not a real drive's
+# MB/s. The host-side counterpart at full rates is `cargo bench --bench multidrive`.
+#
+#   scripts/bench-multidrive.sh [--no-build] [--rounds N] [--params "K=V ..."] [--cache-mb N]
+#                               [--job-mb N] [--rand-secs N]
+# (defaults: 2 rounds, a 128 MiB cache: 6 cache zones; 4 jobs of 96 MiB: 384 MiB, three times
+# what the cache zones hold, so dm-zoned, which writes every new chunk into a cache zone
+# first, is bound by its reclaim onto the drives, not by the memory cache; then 20 s of 4 KiB
+# random writes over a span that fits the cache, against the cache device's own IOPS)
+#
+# Results: target/bench-vm/multidrive-<UTC stamp>/ (fio JSON, status, runs.tsv, results.txt).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd -P)
+# shellcheck source=scripts/vm/lib.sh
+source "$ROOT/scripts/vm/lib.sh"
+build=1 rounds=2 cache_mb=128 job_mb=96 rand_secs=20
+params="outer_mbps=5 inner_mbps=5 iface_mbps=6 cache_mib=8 disk_size=20T"
+while [ $# -gt 0 ]; do
+    case $1 in
+    --no-build) build=0 ;;
+    --rounds) rounds=$2 && shift ;;
+    --params) params=$2 && shift ;;
+    --cache-mb) cache_mb=$2 && shift ;;
+    --job-mb) job_mb=$2 && shift ;;
+    --rand-secs) rand_secs=$2 && shift ;;
+    *) vm_die "unknown argument $1" ;;
+    esac
+    shift
+done
+vm_prepare
+if [ "$build" = 1 ]; then
+    (cd "$ROOT" && cargo build --release -p zonedd) || vm_die "building zonedd failed"
+fi
+out=$VM_TARGET_DIR/bench-vm/multidrive-$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$out"
+cp "$ZONEDD" "$out/zonedd"
+scenario=$out/multidrive.sh
+cat >"$scenario" <<EOS
+#!/usr/bin/env bash
+export ZONEDD=$(vm_shq "$out/zonedd")
+exec bash $(vm_shq "$ROOT/scripts/bench/multidrive-guest.sh") --out $(vm_shq "$out") --params $(vm_shq "$params") --rounds $rounds --cache-mb $cache_mb --job-mb $job_mb --rand-secs $rand_secs
+EOS
+vm_run bench-multidrive "$scenario" 3000 "${VM_MEMORY:-4G}"
+cp "$VM_RUNS/bench-multidrive/console.log" "$out/console.log" 2>/dev/null || true
+[ "$VM_RC" = 0 ] || vm_die "the guest run failed (exit $VM_RC; see $out/console.log)"
+python3 - "$out" "$params" "$cache_mb" "$job_mb" <<'EOF2' | tee "$out/results.txt"
+import csv, os, statistics, sys
+out, params, cache_mb, job_mb = sys.argv[1:5]
+runs, drained = {}, {}
+for r in csv.DictReader(open(os.path.join(out, "runs.tsv")), delimiter="\t"):
+    k = (r["target"], int(r["drives"]))
+    runs.setdefault(k, []).append(float(r["MBps"]))
+    drained.setdefault(k, []).append(float(r["drained_MBps"]))
+med = {k: statistics.median(v) for k, v in runs.items()}
+dmed = {k: statistics.median(v) for k, v in drained.items()}
+print(f"drives on the hdd model ({params}); cache {cache_mb} MiB; 4 streams x {job_mb} MiB, 1 MiB QD1 O_DIRECT, then fsync (cut at 300 s)")
+print("| target | drives | fio MB/s (median) | runs | 2 drives / 1 | MB/s until on the drives | runs | 2 drives / 1 |")
+print("|---|---|---|---|---|---|---|---|")
+for (t, n), m in sorted(med.items()):
+    two = med.get((t, 2), 0) / med[(t, 1)] if n == 2 and (t, 1) in med else None
+    dtwo = dmed.get((t, 2), 0) / dmed[(t, 1)] if n == 2 and (t, 1) in dmed else None
+    print(f"| {t} | {n} | {m:.2f} | {' '.join(f'{x:.2f}' for x in runs[(t, n)])} | {f'{two:.2f}x' if two else ''} "
+          f"| {dmed[(t, n)]:.2f} | {' '.join(f'{x:.2f}' for x in drained[(t, n)])} | {f'{dtwo:.2f}x' if dtwo else ''} |")
+for n in (1, 2):
+    if ("zonedd", n) in med and ("dm-zoned", n) in med:
+        print(f"\nzonedd / dm-zoned, {n} drive(s): fio {med[('zonedd', n)] / med[('dm-zoned', n)]:.2f}x, "
+              f"until on the drives {dmed[('zonedd', n)] / dmed[('dm-zoned', n)]:.2f}x")
+rand = os.path.join(out, "rand.tsv")
+if os.path.exists(rand):
+    iops = {r["target"]: float(r["IOPS"]) for r in csv.DictReader(open(rand), delimiter="\t")}
+    cache = iops.get("cache device")
+    print("\n4 KiB random writes, QD32, 64 MiB span (fits the cache zones), two drives")
+    print("| target | IOPS | / cache device |")
+    print("|---|---|---|")
+    for t, v in iops.items():
+        print(f"| {t} | {v:.0f} | {v / cache:.2f}x |" if cache else f"| {t} | {v:.0f} | |")
+EOF2

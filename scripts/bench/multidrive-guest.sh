@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Guest side of scripts/bench-multidrive.sh: concurrent sequential streams on a multi-device
+# volume (a regular memory null_blk as the cache, zoned drives served by `zonedd expose
+# --timing hdd` on the scaled model), one drive against two, zonedd against the kernel's
+# dm-zoned on the same devices. fio JSON per run into OUT, a line per run in OUT/runs.tsv.
+#   multidrive-guest.sh --out DIR --params "K=V ..." --rounds N --cache-mb N --job-mb N
+#                       [--rand-secs N]
+# Workload: fio, 4 jobs, each writing JOB_MB from the start of its own region (1 MiB writes,
+# QD1, O_DIRECT), then fsync: the streams a filesystem's allocation groups give; a run is cut
+# at 300 s (fio's bandwidth is then of what it wrote). Each drive: 32 zones of 16 MiB, no
+# conventional zones. The cache: CACHE_MB of memory null_blk (two 16 MiB zones hold the
+# metadata sets, the rest are cache zones).
+# Two figures per run: fio's MB/s, and MB/s until the data is on the drives (the run's start
+# until the cache zones are as free as before it: dm-zoned writes every new chunk into a cache
+# zone and moves it to a drive later, reclaiming everything only after 10 s without I/O).
+# With --rand-secs N (0: skipped), last: 4 KiB random writes (QD32, N seconds) over a 64 MiB
+# span, which fits the cache zones, on zonedd and dm-zoned with two drives and on the raw
+# cache device itself (issue 18's ">= 0.8x the cache device's own random-write IOPS").
+set -euo pipefail
+out="" params="" rounds=1 cache_mb=64 job_mb=48 rand_secs=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    --out) out=$2 && shift ;;
+    --params) params=$2 && shift ;;
+    --rounds) rounds=$2 && shift ;;
+    --cache-mb) cache_mb=$2 && shift ;;
+    --job-mb) job_mb=$2 && shift ;;
+    --rand-secs) rand_secs=$2 && shift ;;
+    *) echo "unknown argument $1" >&2 && exit 2 ;;
+    esac
+    shift
+done
+[ -n "$out" ] || { echo "--out DIR is required" >&2 && exit 2; }
+source "$(dirname "$0")/../../tests/vm/lib/devices.sh"
+Z=$(zonedd_bin)
+modprobe ublk_drv
+modprobe dm-zoned
+ZONE_MB=16 DRIVE_ZONES=32 JOBS=4
+
+hdd_args() { for kv in "$@"; do printf -- '--timing-param %s ' "$kv"; done; }
+drives=() drive_ids=()
+for n in 1 2; do
+    img=$VM_SCRATCH/drive$n.img
+    "$Z" emulate "$img" --size $((ZONE_MB * DRIVE_ZONES))M --zone-size ${ZONE_MB}M --conventional 0 >/dev/null
+    # shellcheck disable=SC2086,SC2046 # PARAMS are K=V words
+    res=$("$Z" expose "$img" --timing hdd $(hdd_args $params))
+    drives+=("$(sed -n 1p <<<"$res")")
+    drive_ids+=("$(sed -n 's/^id //p' <<<"$res")")
+done
+# snap NAME: each drive's model counters (seeks, flushes, busy time) into OUT/NAME.driveN.json
+snap() {
+    local i
+    for i in 0 1; do "$Z" status "${drive_ids[$i]}" --json | jq .timing >"$out/$1.drive$((i + 1)).json"; done
+}
+cache=$(make_nullb mdcache "$cache_mb" 0 0)
+vm_step "drives ${drives[*]} (hdd model: $params), cache $cache"
+printf 'target\tdrives\tround\tMBps\tdrained_MBps\n' >"$out/runs.tsv"
+TOTAL_MB=$((JOBS * job_mb))
+
+fio_streams() { # fio_streams DEV NAME
+    fio --name="$2" --filename="$1" --direct=1 --ioengine=libaio --rw=write --bs=1M \
+        --iodepth=1 --numjobs=$JOBS --size="${job_mb}M" --offset_increment="${job_mb}M" \
+        --runtime=300 --end_fsync=1 --group_reporting --eta=never --output-format=json \
+        --output="$out/$2.fio.json" >/dev/null
+    python3 -c 'import json, sys; print("%.2f" % (json.load(open(sys.argv[1]))["jobs"][0]["write"]["bw_bytes"] / 1e6))' \
+        "$out/$2.fio.json"
+}
+fio_rand() { # fio_rand DEV NAME -> IOPS
+    fio --name="$2" --filename="$1" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k \
+        --iodepth=32 --size=64M --runtime="$rand_secs" --time_based --eta=never \
+        --output-format=json --output="$out/$2.fio.json" >/dev/null
+    python3 -c 'import json, sys; print("%.0f" % json.load(open(sys.argv[1]))["jobs"][0]["write"]["iops"])' \
+        "$out/$2.fio.json"
+}
+reset_drives() { for d in "${drives[@]}"; do blkzone reset "$d"; done; }
+quiet() { # quiet CMD...: its output only if it fails
+    "$@" >"$VM_SCRATCH/quiet.out" 2>&1 || {
+        cat "$VM_SCRATCH/quiet.out" >&2
+        vm_fail "$*"
+    }
+}
+
+# wait_drained FREE-CMD BEFORE T0: seconds from T0 (EPOCHREALTIME) until FREE-CMD prints
+# BEFORE again (cut at 400 s)
+wait_drained() {
+    local i
+    for ((i = 0; i < 4000; i++)); do
+        [ "$($1)" = "$2" ] && break
+        sleep 0.1
+    done
+    python3 -c 'import sys, time; print("%.2f" % (time.time() - float(sys.argv[1])))' "$3"
+}
+mbps_of() { python3 -c 'import sys; print("%.2f" % (float(sys.argv[1]) * 1.048576 / float(sys.argv[2])))' "$TOTAL_MB" "$1"; }
+
+zd_free() { "$Z" status "$id" --json | jq -r .engine.zones_free_conventional; }
+run_zonedd() { # run_zonedd NR_DRIVES ROUND
+    local n=$1 backs=() d res bdev mbps before t0 secs
+    for d in "${drives[@]:0:$n}"; do backs+=(--backend "$d"); done
+    reset_drives
+    quiet "$Z" format --cache "$cache" "${backs[@]}" --force
+    res=$("$Z" create --cache "$cache" "${backs[@]}")
+    bdev=$(sed -n 1p <<<"$res")
+    id=$(sed -n 's/^id //p' <<<"$res")
+    before=$(zd_free)
+    snap "zonedd-$n-r$2.before"
+    t0=$EPOCHREALTIME
+    mbps=$(fio_streams "$bdev" "zonedd-$n-r$2")
+    secs=$(wait_drained zd_free "$before" "$t0")
+    snap "zonedd-$n-r$2.after"
+    "$Z" status "$id" --json >"$out/zonedd-$n-r$2.status.json"
+    "$Z" delete "$id" >/dev/null
+    printf 'zonedd\t%s\t%s\t%s\t%s\n' "$n" "$2" "$mbps" "$(mbps_of "$secs")" >>"$out/runs.tsv"
+    vm_step "zonedd, $n drive(s), round $2: $mbps MB/s; on the drives after $secs s"
+}
+
+# "0 SIZE zoned N zones FREE/TOTAL cache ...": the free cache zones
+dm_free() { dmsetup status mdbench | awk '{ for (i = 2; i <= NF; i++) if ($i == "cache") { split($(i - 1), a, "/"); print a[1] } }'; }
+run_dmzoned() { # run_dmzoned NR_DRIVES ROUND
+    local n=$1 sz mbps before t0 secs
+    reset_drives
+    quiet dmzadm --format "$cache" "${drives[@]:0:$n}" --force
+    sz=$(( $("$Z" check --cache "$cache" "${drives[@]:0:$n}" --json | jq -er .summary.nr_chunks) * ZONE_MB * 2048 ))
+    dmsetup create mdbench --table "0 $sz zoned $cache ${drives[*]:0:$n}"
+    before=$(dm_free)
+    snap "dmzoned-$n-r$2.before"
+    t0=$EPOCHREALTIME
+    mbps=$(fio_streams /dev/mapper/mdbench "dmzoned-$n-r$2")
+    dmsetup status mdbench >"$out/dmzoned-$n-r$2.status.txt"
+    secs=$(wait_drained dm_free "$before" "$t0")
+    snap "dmzoned-$n-r$2.after"
+    dmsetup status mdbench >>"$out/dmzoned-$n-r$2.status.txt"
+    dmsetup remove mdbench
+    printf 'dm-zoned\t%s\t%s\t%s\t%s\n' "$n" "$2" "$mbps" "$(mbps_of "$secs")" >>"$out/runs.tsv"
+    vm_step "dm-zoned, $n drive(s), round $2: $mbps MB/s; on the drives after $secs s"
+}
+
+for ((r = 1; r <= rounds; r++)); do
+    run_zonedd 1 "$r"
+    run_zonedd 2 "$r"
+    if command -v dmzadm >/dev/null; then
+        run_dmzoned 1 "$r"
+        run_dmzoned 2 "$r"
+    else
+        vm_step "dmzadm is not installed: no dm-zoned runs"
+    fi
+done
+if [ "$rand_secs" != 0 ]; then
+    printf 'target\tIOPS\n' >"$out/rand.tsv"
+    reset_drives
+    quiet "$Z" format --cache "$cache" --backend "${drives[0]}" --backend "${drives[1]}" --force
+    res=$("$Z" create --cache "$cache" --backend "${drives[0]}" --backend "${drives[1]}")
+    id=$(sed -n 's/^id //p' <<<"$res")
+    iops=$(fio_rand "$(sed -n 1p <<<"$res")" rand-zonedd)
+    "$Z" status "$id" --json >"$out/rand-zonedd.status.json"
+    "$Z" delete "$id" >/dev/null
+    printf 'zonedd\t%s\n' "$iops" >>"$out/rand.tsv"
+    vm_step "random writes, zonedd, 2 drives: $iops IOPS"
+    if command -v dmzadm >/dev/null; then
+        reset_drives
+        quiet dmzadm --format "$cache" "${drives[@]}" --force
+        sz=$(( $("$Z" check --cache "$cache" "${drives[@]}" --json | jq -er .summary.nr_chunks) * ZONE_MB * 2048 ))
+        dmsetup create mdbench --table "0 $sz zoned $cache ${drives[*]}"
+        iops=$(fio_rand /dev/mapper/mdbench rand-dmzoned)
+        dmsetup remove mdbench
+        printf 'dm-zoned\t%s\n' "$iops" >>"$out/rand.tsv"
+        vm_step "random writes, dm-zoned, 2 drives: $iops IOPS"
+    fi
+    iops=$(fio_rand "$cache" rand-cache)
+    printf 'cache device\t%s\n' "$iops" >>"$out/rand.tsv"
+    vm_step "random writes, the cache device itself: $iops IOPS"
+fi
+echo "multidrive bench done"
