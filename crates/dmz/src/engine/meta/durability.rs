@@ -128,7 +128,21 @@ pub(in crate::engine) fn flush(inner: &Inner, evidence: bool) -> Result<(), Engi
 /// may have dropped any write it covered, and a later flush succeeding would not bring them
 /// back (as Linux treats a failed fsync).
 pub(in crate::engine) fn dev_flush(inner: &Inner) -> Result<(), EngineError> {
-    inner.dev.flush().map_err(|e| {
+    flush_failed(inner, inner.dev.flush())
+}
+
+/// The commit's ordering flushes between set writes: only the device holding the metadata
+/// (member 0: the cache device of a multi-device volume, else the only device). The zoned
+/// drives were flushed by the commit's first [`dev_flush`]; flushing them again for writes
+/// they do not hold would only drain their caches while streams are writing (a flush per
+/// drive per step, measured in the VM: 36 drive flushes in 85 s of streaming).
+fn meta_flush(inner: &Inner) -> Result<(), EngineError> {
+    flush_failed(inner, inner.dev.flush_member(0))
+}
+
+/// One error policy for every flush: a failed flush stops the engine (see design.md).
+fn flush_failed(inner: &Inner, r: zbd::Result<()>) -> Result<(), EngineError> {
+    r.map_err(|e| {
         let err = EngineError::Device(e);
         inner.fail(&EngineError::Meta(format!("device flush: {err}")));
         err
@@ -217,9 +231,9 @@ fn write_sets(inner: &Inner, snap: &[SnapBlock], gen: u64) -> Result<(), EngineE
                 .fetch_add(buf.len() as u64, Ordering::Relaxed);
             i = j;
         }
-        dev_flush(inner)?;
+        meta_flush(inner)?;
         sets::write_superblock(dev, &inner.layout, set, &sb)?;
-        dev_flush(inner)?;
+        meta_flush(inner)?;
     }
     *inner.sb.lock() = sb;
     Ok(())
