@@ -78,6 +78,7 @@ const METRICS: &[Def] = &[
     Def("write_amplification_ratio", "Bytes written to the backend per byte written by users.", G, At(&["engine", "write_amplification"])),
     Def("metadata_commits", "Metadata commits (log folded into the v2 sets).", C, At(&["engine", "commits"])),
     Def("metadata_log_blocks_written", "Metadata log blocks written.", C, At(&["engine", "log_block_writes"])),
+    Def("metadata_unlogged_overwrites", "In-place overwrites that needed no metadata log record.", C, At(&["engine", "unlogged_overwrites"])),
     Def("metadata_dirty", "1 while metadata changed since the last commit.", G, Flag(&["engine", "metadata_dirty"])),
     Def("metadata_memory_bytes", "Memory held by the metadata.", G, At(&["engine", "metadata_mem_bytes"])),
     Def("metadata_cached_bitmap_blocks", "Bitmap blocks cached.", G, At(&["engine", "cached_bitmap_blocks"])),

@@ -140,3 +140,40 @@ fn writes_synced_together_share_one_log_write() {
     assert_blocks(&e, 8, 8, 2);
     close(e);
 }
+
+/// An in-place overwrite of blocks a commit made valid changes no metadata: it writes no
+/// log block, is counted in `unlogged_overwrites`, and survives a daemon crash (the data is
+/// on the device, the sets say the blocks are valid). Before the commit the same overwrite
+/// is logged: replay would check the earlier record's CRCs against the new data.
+#[test]
+fn overwrites_after_a_commit_need_no_log_write() {
+    let dev = formatted_mem(1024, 32, 8, 2);
+    let mut o = power_cut_opts();
+    o.direct_sequential = false; // new chunks in conventional zones
+    let e = open(dev.clone(), o.clone());
+    let mut w = vec![0u8; 4 * BS];
+    pattern(1, 0, &mut w);
+    e.write(0, &w, false).unwrap();
+    let s0 = e.stats();
+    pattern(2, 0, &mut w);
+    e.write(0, &w, false).unwrap();
+    let s1 = e.stats();
+    assert_eq!(s1.log_block_writes - s0.log_block_writes, 1, "not committed yet: logged");
+    assert_eq!(s1.unlogged_overwrites, 0);
+    e.debug_commit().unwrap();
+    let s2 = e.stats();
+    pattern(3, 0, &mut w);
+    e.write(0, &w, false).unwrap();
+    // Partly over unwritten blocks: that one validates blocks, so it is logged.
+    let mut w2 = vec![0u8; 8 * BS];
+    pattern(4, 2, &mut w2);
+    e.write(2 * BS as u64, &w2, false).unwrap();
+    let s3 = e.stats();
+    assert_eq!(s3.unlogged_overwrites, 1, "{s3:?}");
+    assert_eq!(s3.log_block_writes - s2.log_block_writes, 1, "{s3:?}");
+    crash(e);
+    let e = open(dev, o);
+    assert_blocks(&e, 0, 2, 3);
+    assert_blocks(&e, 2, 8, 4);
+    close(e);
+}

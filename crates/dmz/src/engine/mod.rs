@@ -171,6 +171,9 @@ pub struct EngineStats {
     pub discards: u64,
     pub flushes: u64,
     pub fua_writes: u64,
+    /// Write steps that overwrote valid blocks of a conventional zone in place and needed
+    /// no log record (`Meta::overwrite_needs_no_record`).
+    pub unlogged_overwrites: u64,
     pub commits: u64,
     pub log_block_writes: u64,
     pub device_bytes_written: u64,
@@ -188,6 +191,7 @@ struct Counters {
     discards: AtomicU64,
     flushes: AtomicU64,
     fua: AtomicU64,
+    unlogged: AtomicU64,
     commits: AtomicU64,
     dev_bytes: AtomicU64,
     reclaim_zones: AtomicU64,
@@ -518,6 +522,7 @@ impl Engine {
             discards: ld(&c.discards),
             flushes: ld(&c.flushes),
             fua_writes: ld(&c.fua),
+            unlogged_overwrites: ld(&c.unlogged),
             commits: ld(&c.commits),
             device_bytes_written: db,
             write_amplification: if wb == 0 { 0.0 } else { db as f64 / wb as f64 },
@@ -570,6 +575,11 @@ impl Engine {
     }
 
     /// Ask reclaim to run a pass now, whatever the watermarks say.
+    /// Test hook: commit now (fold the log into the v2 sets), as the commit thread does.
+    pub fn debug_commit(&self) -> Result<(), EngineError> {
+        durability::commit(&self.inner)
+    }
+
     pub fn trigger_reclaim(&self) {
         self.inner.kick_reclaim();
     }

@@ -10,6 +10,8 @@ pub enum Op {
     Write { start: u64, len: u64, fua: bool },
     Discard { start: u64, len: u64 },
     Flush,
+    /// Fold the log into the sets (`Engine::debug_commit`): what the commit thread does.
+    Commit,
 }
 
 /// Run ops until one fails; returns how many completed.
@@ -24,6 +26,7 @@ pub fn run(e: &Engine, ops: &[Op]) -> usize {
             }
             Op::Discard { start, len } => e.discard(start * BS as u64, len * BS as u64),
             Op::Flush => e.flush(),
+            Op::Commit => e.debug_commit(),
         };
         if r.is_err() {
             return i;
@@ -47,7 +50,7 @@ pub fn verify(e: &Engine, ops: &[Op], done: usize, blocks: u64, what: &str) {
         let (s, l, id) = match *op {
             Op::Write { start, len, .. } => (start, len, i as u64 + 1),
             Op::Discard { start, len } => (start, len, 0),
-            Op::Flush => continue,
+            Op::Flush | Op::Commit => continue,
         };
         for b in s..s + l {
             versions[b as usize].push((i, id));

@@ -63,7 +63,7 @@ pub(in crate::engine) fn sync(inner: &Inner, w: Unsynced) -> Result<(), EngineEr
 
 /// What one step of a write did, or what it needs first.
 enum Step {
-    /// Blocks written, and the last record's sequence number.
+    /// Blocks written, and the last record's sequence number (0: none was needed).
     Done(u32, u64),
     /// Wait for a free zone (conventional only, or any).
     NeedZone { conv_only: bool },
@@ -151,7 +151,8 @@ fn write_pieces(
         }
         match step {
             Step::Done(n, seq) => {
-                last = seq;
+                // 0: no record (an overwrite that changed no metadata).
+                last = last.max(seq);
                 b += n;
                 data = &data[n as usize * BLOCK..];
             }
@@ -405,6 +406,10 @@ fn write_blocks(
         return Err(err.into());
     }
     let mut st = inner.state.lock();
+    if other.is_none() && st.meta.overwrite_needs_no_record(&*inner.dev, target, b, cnt)? {
+        inner.stats.unlogged.fetch_add(1, Ordering::Relaxed);
+        return Ok(Step::Done(cnt, 0));
+    }
     if st.meta.zone(target).seq {
         st.meta.set_wp(target, b + cnt);
     }

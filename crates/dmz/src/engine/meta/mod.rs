@@ -115,6 +115,26 @@ impl Meta {
         ls != 0 && ls >= log.evidence_seq.max(log.folded_seq) && ls < log.flushed_seq
     }
 
+    /// Whether an in-place write of blocks `[b, b + n)` of conventional data zone `z`
+    /// changes no metadata, so that it needs no `Write` record (design.md, "Overwrites
+    /// without a record"): every block is valid there already, and every record that
+    /// validated blocks of `z` is folded into the committed sets. Replay starts after those
+    /// records, so no replayed CRC can contradict the new data, and the sets already say
+    /// the blocks are valid.
+    pub fn overwrite_needs_no_record(
+        &mut self,
+        dev: &dyn ZonedDevice,
+        z: ZoneId,
+        b: u32,
+        n: u32,
+    ) -> Result<bool, EngineError> {
+        let zi = self.zones.get(z);
+        if zi.seq || zi.role != Role::Data || zi.last_seq >= self.log.folded_seq {
+            return Ok(false);
+        }
+        Ok(self.bits(dev, z, b, n)?.all())
+    }
+
     /// Whether blocks `[b, b + n)` hold every valid block of `zone`.
     pub fn empties(
         &mut self,
