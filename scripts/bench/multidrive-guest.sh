@@ -152,6 +152,7 @@ if [ "$rand_secs" != 0 ]; then
     id=$(sed -n 's/^id //p' <<<"$res")
     iops=$(fio_rand "$(sed -n 1p <<<"$res")" rand-zonedd)
     "$Z" status "$id" --json >"$out/rand-zonedd.status.json"
+    cp "/run/zonedd/$id.log" "$out/rand-zonedd.log" 2>/dev/null || true
     "$Z" delete "$id" >/dev/null
     printf 'zonedd\t%s\n' "$iops" >>"$out/rand.tsv"
     vm_step "random writes, zonedd, 2 drives: $iops IOPS"

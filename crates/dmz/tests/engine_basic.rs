@@ -158,7 +158,11 @@ fn overwrites_after_a_commit_need_no_log_write() {
     pattern(2, 0, &mut w);
     e.write(0, &w, false).unwrap();
     let s1 = e.stats();
-    assert_eq!(s1.log_block_writes - s0.log_block_writes, 1, "not committed yet: logged");
+    assert_eq!(
+        s1.log_block_writes - s0.log_block_writes,
+        1,
+        "not committed yet: logged"
+    );
     assert_eq!(s1.unlogged_overwrites, 0);
     e.debug_commit().unwrap();
     let s2 = e.stats();
@@ -175,5 +179,42 @@ fn overwrites_after_a_commit_need_no_log_write() {
     let e = open(dev, o);
     assert_blocks(&e, 0, 2, 3);
     assert_blocks(&e, 2, 8, 4);
+    close(e);
+}
+
+/// A write without a record still waits for the records logged before it: here reclaim's
+/// fallback (no sequential zone free) turns the chunk's buffer into its data zone, and the
+/// overwrite of a block it merged there, logged by nothing, must not be acknowledged before
+/// that remapping is in the log. After a daemon crash the block reads the overwrite, not the
+/// old data zone's copy (which a replay without the remapping would map again).
+#[test]
+fn an_unlogged_overwrite_waits_for_the_records_before_it() {
+    // 9 zones of 1 MiB: 6 conventional (2 for the sets), 3 sequential, one of them
+    // reserved; a sequential zone offline takes the reserve's place: 2 for data, none left.
+    let dev = formatted_mem(1024, 9, 6, 1);
+    dev.set_condition(8, zbd::ZoneCondition::Offline).unwrap();
+    let e = open(dev.clone(), power_cut_opts());
+    assert_eq!(e.stats().zones_reserved, 0);
+    let cs = e.chunk_size() / BS as u64;
+    let mut w = Written::new(&e);
+    w.write(&e, 0, 10, 1); // chunk 0 streams into a sequential zone
+    w.write(&e, 3, 1, 2); // an overwrite below its write pointer: the buffer
+    w.write(&e, cs, 4, 3); // chunk 1 takes the last sequential zone
+    e.debug_commit().unwrap();
+    assert_eq!(e.stats().zones_free_sequential, 0);
+    // No sequential zone: the data zone's blocks are copied into the buffer, which becomes
+    // the chunk's data zone (the Reclaim record is appended, not written).
+    assert!(e.debug_reclaim_chunk(0, true).unwrap());
+    let before = e.stats();
+    w.write(&e, 5, 1, 4);
+    let after = e.stats();
+    assert_eq!(
+        after.unlogged_overwrites - before.unlogged_overwrites,
+        1,
+        "{after:?}"
+    );
+    crash(e);
+    let e = open(dev, power_cut_opts());
+    w.verify(&e);
     close(e);
 }

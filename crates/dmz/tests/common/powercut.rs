@@ -7,8 +7,15 @@ use super::{block_id, pattern, BS};
 
 #[derive(Debug, Clone, Copy)]
 pub enum Op {
-    Write { start: u64, len: u64, fua: bool },
-    Discard { start: u64, len: u64 },
+    Write {
+        start: u64,
+        len: u64,
+        fua: bool,
+    },
+    Discard {
+        start: u64,
+        len: u64,
+    },
     Flush,
     /// Fold the log into the sets (`Engine::debug_commit`): what the commit thread does.
     Commit,

@@ -63,7 +63,8 @@ pub(in crate::engine) fn sync(inner: &Inner, w: Unsynced) -> Result<(), EngineEr
 
 /// What one step of a write did, or what it needs first.
 enum Step {
-    /// Blocks written, and the last record's sequence number (0: none was needed).
+    /// Blocks written, and the sequence number of the last record the write must see in
+    /// the log before it is acknowledged (0: none).
     Done(u32, u64),
     /// Wait for a free zone (conventional only, or any).
     NeedZone { conv_only: bool },
@@ -151,7 +152,6 @@ fn write_pieces(
         }
         match step {
             Step::Done(n, seq) => {
-                // 0: no record (an overwrite that changed no metadata).
                 last = last.max(seq);
                 b += n;
                 data = &data[n as usize * BLOCK..];
@@ -406,9 +406,12 @@ fn write_blocks(
         return Err(err.into());
     }
     let mut st = inner.state.lock();
-    if other.is_none() && st.meta.overwrite_needs_no_record(&*inner.dev, target, b, cnt)? {
+    if st
+        .meta
+        .overwrite_needs_no_record(&*inner.dev, target, b, cnt)?
+    {
         inner.stats.unlogged.fetch_add(1, Ordering::Relaxed);
-        return Ok(Step::Done(cnt, 0));
+        return Ok(Step::Done(cnt, st.meta.last_record_seq()));
     }
     if st.meta.zone(target).seq {
         st.meta.set_wp(target, b + cnt);

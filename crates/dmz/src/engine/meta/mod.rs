@@ -115,12 +115,14 @@ impl Meta {
         ls != 0 && ls >= log.evidence_seq.max(log.folded_seq) && ls < log.flushed_seq
     }
 
-    /// Whether an in-place write of blocks `[b, b + n)` of conventional data zone `z`
-    /// changes no metadata, so that it needs no `Write` record (design.md, "Overwrites
-    /// without a record"): every block is valid there already, and every record that
-    /// validated blocks of `z` is folded into the committed sets. Replay starts after those
-    /// records, so no replayed CRC can contradict the new data, and the sets already say
-    /// the blocks are valid.
+    /// Whether a write of blocks `[b, b + n)` in place into conventional zone `z` (a
+    /// chunk's data zone, or its buffer) changes no metadata, so that it needs no `Write`
+    /// record (design.md, "Overwrites without a record"): every block is valid in `z`
+    /// already (hence invalid in the chunk's other zone: a block is valid in one zone of its
+    /// chunk at most, which `Engine::debug_check` asserts), and every record that made a
+    /// block of `z` valid is folded into the committed sets, so the sets say every block
+    /// valid. A replayed record that only rewrote valid blocks may then fail its CRC check
+    /// against the new data without harm: its blocks stay valid from the sets.
     pub fn overwrite_needs_no_record(
         &mut self,
         dev: &dyn ZonedDevice,
@@ -129,10 +131,21 @@ impl Meta {
         n: u32,
     ) -> Result<bool, EngineError> {
         let zi = self.zones.get(z);
-        if zi.seq || zi.role != Role::Data || zi.last_seq >= self.log.folded_seq {
+        if zi.seq
+            || !matches!(zi.role, Role::Data | Role::Buffer)
+            || zi.last_new_seq >= self.log.folded_seq
+        {
             return Ok(false);
         }
         Ok(self.bits(dev, z, b, n)?.all())
+    }
+
+    /// The sequence number of the last record appended (0: none yet). A write without a
+    /// record syncs the log up to it: whatever was logged before the write (a reclaim's
+    /// remapping of the zone, say) is then in the log before the write is acknowledged, as
+    /// it would be before a record of the write's own.
+    pub fn last_record_seq(&self) -> u64 {
+        self.log.next_seq.saturating_sub(1)
     }
 
     /// Whether blocks `[b, b + n)` hold every valid block of `zone`.

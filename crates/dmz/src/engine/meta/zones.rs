@@ -51,6 +51,9 @@ pub(in crate::engine) struct ZoneInfo {
     pub used_at: u32,
     /// Sequence number of the last log record that validated blocks here.
     pub last_seq: u64,
+    /// ...and of the last one that made a block valid that was not valid before (0: none
+    /// since load): below the folded records, every valid block is in the committed sets.
+    pub last_new_seq: u64,
 }
 
 pub(super) struct Zones {
@@ -108,6 +111,7 @@ impl Zones {
                     atime: 0,
                     used_at: 0,
                     last_seq: 0,
+                    last_new_seq: 0,
                 }
             })
             .collect();
@@ -246,6 +250,9 @@ impl Zones {
         let zi = &mut self.z[zone.idx()];
         zi.weight += valid;
         zi.last_seq = seq;
+        if valid > 0 {
+            zi.last_new_seq = seq;
+        }
     }
 
     /// Bits a reclaim merge set in `zone` (no write record validated them).
