@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::powercut::{run, verify, Op};
 use common::*;
-use dmz::engine::Engine;
+use dmz::engine::{Engine, EngineOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zbd::{FaultyDevice, ZonedDevice};
@@ -54,6 +54,52 @@ fn workload(seed: u64, n: usize, blocks: u64, chunk: u64) -> Vec<Op> {
     ops
 }
 
+/// One crash point: the power cut after device write `k` of `seed`'s workload, keeping all
+/// (`pat` 0), none (1) or a random half (2) of the unflushed writes.
+#[derive(Clone, Copy)]
+struct Cut {
+    seed: u64,
+    k: u64,
+    pat: u64,
+}
+
+/// Run `ops` on a copy of `template` until the power goes at `cut`, then reopen and verify.
+fn cut_and_verify(
+    template: &zbd::MemDevice,
+    opts: &EngineOptions,
+    ops: &[Op],
+    cap_blocks: u64,
+    cut: Cut,
+) {
+    let Cut { seed, k, pat } = cut;
+    let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
+    dev.cut_power_after_writes(k);
+    let done = match Engine::open(dev.clone(), opts.clone()) {
+        Ok(e) => {
+            let d = run(&e, ops);
+            // The device is dead: no consistency check (it reads bitmaps).
+            e.crash_for_test();
+            d
+        }
+        Err(_) => 0,
+    };
+    let mut rng = StdRng::seed_from_u64(seed * 1_000_003 + k * 7 + pat);
+    let keep: Vec<bool> = (0..dev.pending_writes())
+        .map(|_| match pat {
+            0 => true,
+            1 => false,
+            _ => rng.gen_bool(0.5),
+        })
+        .collect();
+    dev.power_cut(|i| keep[i]).unwrap();
+    let what = format!("seed {seed} cut after write {k} pattern {pat}");
+    let d2: Arc<dyn ZonedDevice> = dev.clone();
+    let e =
+        Engine::open(d2, opts.clone()).unwrap_or_else(|err| panic!("{what}: reopen failed: {err}"));
+    verify(&e, ops, done, cap_blocks, &what);
+    crash(e);
+}
+
 #[test]
 fn power_cut_at_every_write() {
     let release = !cfg!(debug_assertions);
@@ -86,32 +132,8 @@ fn power_cut_at_every_write() {
         for k in (0..=total).step_by(step) {
             for pat in 0..3u64 {
                 let t0 = std::time::Instant::now();
-                let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
-                dev.cut_power_after_writes(k);
-                let done = match Engine::open(dev.clone(), power_cut_opts()) {
-                    Ok(e) => {
-                        let d = run(&e, &ops);
-                        // The device is dead: no consistency check (it reads bitmaps).
-                        e.crash_for_test();
-                        d
-                    }
-                    Err(_) => 0,
-                };
-                let mut rng = StdRng::seed_from_u64(seed * 1_000_003 + k * 7 + pat);
-                let keep: Vec<bool> = (0..dev.pending_writes())
-                    .map(|_| match pat {
-                        0 => true,
-                        1 => false,
-                        _ => rng.gen_bool(0.5),
-                    })
-                    .collect();
-                dev.power_cut(|i| keep[i]).unwrap();
-                let what = format!("seed {seed} cut after write {k} pattern {pat}");
-                let d2: Arc<dyn ZonedDevice> = dev.clone();
-                let e = Engine::open(d2, power_cut_opts())
-                    .unwrap_or_else(|err| panic!("{what}: reopen failed: {err}"));
-                verify(&e, &ops, done, cap_blocks, &what);
-                crash(e);
+                let cut = Cut { seed, k, pat };
+                cut_and_verify(&template, &power_cut_opts(), &ops, cap_blocks, cut);
                 points += 1;
                 slow = slow.max(t0.elapsed());
             }
@@ -181,31 +203,7 @@ fn unlogged_overwrite_cuts(direct_sequential: bool) -> (u64, u64) {
         let total = dev.write_count();
         for k in 0..=total {
             for pat in 0..3u64 {
-                let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
-                dev.cut_power_after_writes(k);
-                let done = match Engine::open(dev.clone(), opts.clone()) {
-                    Ok(e) => {
-                        let d = run(&e, &ops);
-                        e.crash_for_test();
-                        d
-                    }
-                    Err(_) => 0,
-                };
-                let mut rng = StdRng::seed_from_u64(seed * 1_000_003 + k * 7 + pat);
-                let keep: Vec<bool> = (0..dev.pending_writes())
-                    .map(|_| match pat {
-                        0 => true,
-                        1 => false,
-                        _ => rng.gen_bool(0.5),
-                    })
-                    .collect();
-                dev.power_cut(|i| keep[i]).unwrap();
-                let what = format!("seed {seed} cut after write {k} pattern {pat}");
-                let d2: Arc<dyn ZonedDevice> = dev.clone();
-                let e = Engine::open(d2, opts.clone())
-                    .unwrap_or_else(|err| panic!("{what}: reopen failed: {err}"));
-                verify(&e, &ops, done, cap_blocks, &what);
-                crash(e);
+                cut_and_verify(&template, &opts, &ops, cap_blocks, Cut { seed, k, pat });
                 points += 1;
             }
         }
