@@ -574,12 +574,13 @@ impl Engine {
         reclaim::reclaim_chunk(&self.inner, ChunkId(chunk), urgent)
     }
 
-    /// Ask reclaim to run a pass now, whatever the watermarks say.
     /// Test hook: commit now (fold the log into the v2 sets), as the commit thread does.
+    #[doc(hidden)]
     pub fn debug_commit(&self) -> Result<(), EngineError> {
         durability::commit(&self.inner)
     }
 
+    /// Ask reclaim to run a pass now, whatever the watermarks say.
     pub fn trigger_reclaim(&self) {
         self.inner.kick_reclaim();
     }

@@ -155,16 +155,15 @@ impl Zones {
         if self.drives.is_empty() {
             return self.free_seq.pop_front();
         }
-        let zb = self.zone_blocks;
-        let z = &self.z;
         let mut free = vec![0usize; self.drives.len()];
         let mut first = vec![None; self.drives.len()];
-        for (i, zone) in self.free_seq.iter().enumerate() {
-            if let Some(d) = self.drives.iter().position(|r| r.contains(&zone.0)) {
+        for (i, &zone) in self.free_seq.iter().enumerate() {
+            if let Some(d) = self.drive_of(zone) {
                 free[d] += 1;
                 first[d].get_or_insert(i);
             }
         }
+        let (zb, z) = (self.zone_blocks, &self.z);
         for t in &mut self.taken {
             t.retain(|q| z[q.idx()].chunk.is_some() && z[q.idx()].wp < zb);
         }
