@@ -231,23 +231,53 @@ pub(crate) fn file_size(file: &File, block_device: bool) -> std::io::Result<u64>
     }
 }
 
+/// How long an open waits for a lock held by a process that is only passing through.
+///
+/// A process that forks while it holds the image open hands the child a copy of the fd
+/// (and with it the lock) until the child's `exec` closes it: for that moment a closed
+/// image still reads as locked. A zonedd daemon or tool that really holds the image keeps
+/// it far longer than this.
+pub(crate) const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Takes the image's exclusive lock, or says it is in use (after [`LOCK_GRACE`]).
 pub(crate) fn lock_exclusive(file: &File, path: &Path) -> Result<()> {
-    // SAFETY: flock on an fd we own; no memory is passed. The lock lives as long as the fd.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Err(ZbdError::Open(format!(
-            "{} is in use by another process (a zonedd daemon?): cannot lock it (EBUSY)",
-            path.display()
-        )))
-    } else {
-        Err(ZbdError::Io {
-            what: format!("lock {}", path.display()),
-            source: e,
-        })
+    lock_within(file, path, LOCK_GRACE, || {})
+}
+
+/// [`lock_exclusive`] with its grace period; `on_busy` runs after each refused attempt.
+fn lock_within(
+    file: &File,
+    path: &Path,
+    grace: std::time::Duration,
+    mut on_busy: impl FnMut(),
+) -> Result<()> {
+    let deadline = std::time::Instant::now() + grace;
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        // SAFETY: flock on an fd we own; no memory is passed. The lock lives as long as
+        // the open file description.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(ZbdError::Io {
+                what: format!("lock {}", path.display()),
+                source: e,
+            });
+        }
+        on_busy();
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return Err(ZbdError::Open(format!(
+                "{} is in use by another process (a zonedd daemon?): cannot lock it (EBUSY)",
+                path.display()
+            )));
+        }
+        // No event says when another process closes its copy: poll, backing off.
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(std::time::Duration::from_millis(50));
     }
 }
 
@@ -739,5 +769,56 @@ impl ZonedDevice for Emulated {
 
     fn set_zone_condition(&self, zone: u32, cond: ZoneCondition) -> Result<()> {
         self.set_condition(zone, cond)
+    }
+}
+
+#[cfg(test)]
+mod lock_tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn open(path: &Path) -> File {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_lock_released_while_waiting_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("i.img");
+        // Another open file description holds the lock, as a forked child's copy would.
+        let mut holder = Some(open(&path));
+        lock_within(holder.as_ref().unwrap(), &path, Duration::ZERO, || {}).unwrap();
+        let mine = open(&path);
+        let mut refused = 0;
+        lock_within(&mine, &path, Duration::from_secs(600), || {
+            refused += 1;
+            holder = None; // the child execs: its copy closes
+        })
+        .unwrap();
+        assert_eq!(refused, 1, "the first attempt met the other holder");
+    }
+
+    #[test]
+    fn a_lock_held_past_the_grace_is_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("i.img");
+        let holder = open(&path);
+        lock_exclusive(&holder, &path).unwrap();
+        let mine = open(&path);
+        let mut refused = 0;
+        let e = lock_within(&mine, &path, Duration::from_millis(20), || refused += 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("in use by another process") && e.contains("EBUSY"),
+            "{e}"
+        );
+        assert!(refused >= 1);
     }
 }
