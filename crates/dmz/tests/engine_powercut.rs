@@ -210,3 +210,117 @@ fn unlogged_overwrite_cuts(direct_sequential: bool) -> (u64, u64) {
     }
     (points, unlogged)
 }
+
+/// Holds back one device write (the one whose data is `data`) until the test lets it go,
+/// so that a flush can run while an overwrite is between its check and its data.
+struct Gate {
+    dev: Arc<FaultyDevice<zbd::MemDevice>>,
+    data: Vec<u8>,
+    arrived: std::sync::mpsc::SyncSender<usize>,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Gate {
+    fn hold(&self, bufs: &[&[u8]]) {
+        if bufs.len() == 1 && bufs[0] == &self.data[..] {
+            self.arrived.send(self.dev.pending_writes()).unwrap();
+            self.release.lock().unwrap().recv().unwrap();
+        }
+    }
+}
+
+impl ZonedDevice for Gate {
+    fn geometry(&self) -> zbd::Geometry {
+        self.dev.geometry()
+    }
+    fn report_zones(&self, first: u32, nr: u32) -> zbd::Result<Vec<zbd::Zone>> {
+        self.dev.report_zones(first, nr)
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> zbd::Result<()> {
+        self.dev.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> zbd::Result<()> {
+        self.hold(&[buf]);
+        self.dev.write_at(buf, offset)
+    }
+    fn writev_at(&self, bufs: &[&[u8]], offset: u64) -> zbd::Result<()> {
+        self.hold(bufs);
+        self.dev.writev_at(bufs, offset)
+    }
+    fn zone_mgmt(&self, op: zbd::ZoneOp, zone: u32) -> zbd::Result<()> {
+        self.dev.zone_mgmt(op, zone)
+    }
+    fn reset_all(&self) -> zbd::Result<()> {
+        self.dev.reset_all()
+    }
+    fn flush(&self) -> zbd::Result<()> {
+        self.dev.flush()
+    }
+    fn describe(&self) -> String {
+        self.dev.describe()
+    }
+}
+
+/// A flush that covers the record of a write in place while an overwrite of the same block
+/// is between its check and its data (design.md, "Why proven must be durable before
+/// overwrites"): the flush must prove that record before it returns. Otherwise a power cut
+/// that keeps the overwrite's data and drops its record leaves the flushed record unproven,
+/// replay checks its CRC against the new data, drops it, and the block reads as never
+/// written: a flushed write lost.
+#[test]
+fn a_flush_during_an_overwrite_in_place_proves_what_it_overwrites() {
+    let template = formatted_mem(256, 24, 8, 2);
+    let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
+    let mut opts = power_cut_opts();
+    opts.direct_sequential = false; // the chunk's data zone is conventional
+    let (blk, a, b) = (5u64, 1u64, 2u64);
+    let block = |id| {
+        let mut v = vec![0u8; BS];
+        pattern(id, blk, &mut v);
+        v
+    };
+    let (arrived_tx, arrived) = std::sync::mpsc::sync_channel(1);
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let gate = Arc::new(Gate {
+        dev: dev.clone(),
+        data: block(b),
+        arrived: arrived_tx,
+        release: std::sync::Mutex::new(release_rx),
+    });
+    let e = open(gate, opts.clone());
+    let off = blk * BS as u64;
+    e.write(off, &block(a), false).unwrap();
+    std::thread::scope(|s| {
+        let w = s.spawn(|| e.write(off, &block(b), false));
+        // The overwrite checked the block's record (not flushed yet) and is at its data.
+        arrived.recv().unwrap();
+        let proofs = e.stats().proof_flushes;
+        e.flush().unwrap(); // write `a` is now durable
+        assert_eq!(dev.pending_writes(), 0, "the flush left writes unflushed");
+        assert_eq!(
+            e.stats().proof_flushes,
+            proofs + 1,
+            "the flush proved nothing"
+        );
+        release.send(()).unwrap();
+        w.join().unwrap().unwrap();
+    });
+    assert_eq!(
+        arrived.try_recv().ok(),
+        None,
+        "the overwrite's data was written once"
+    );
+    dev.cut_power_after_writes(0);
+    e.crash_for_test();
+    // Keep the overwrite's data (the first write after the flush), drop its record.
+    dev.power_cut(|i| i == 0).unwrap();
+    let e = open(dev.clone(), opts);
+    let mut got = vec![0u8; BS];
+    e.read(off, &mut got).unwrap();
+    let id = block_id(&got, blk).unwrap();
+    assert!(
+        id == a || id == b,
+        "block {blk} reads as write {id}: the flushed write {a} was lost"
+    );
+    crash(e);
+}

@@ -174,6 +174,9 @@ pub struct EngineStats {
     /// Write steps that overwrote valid blocks of a conventional zone in place and needed
     /// no log record (`Meta::overwrite_needs_no_record`).
     pub unlogged_overwrites: u64,
+    /// Device flushes made only to prove flushed records before they are overwritten in
+    /// place or their zone is reused (design.md, "Why proven must be durable").
+    pub proof_flushes: u64,
     pub commits: u64,
     pub log_block_writes: u64,
     pub device_bytes_written: u64,
@@ -192,6 +195,7 @@ struct Counters {
     flushes: AtomicU64,
     fua: AtomicU64,
     unlogged: AtomicU64,
+    proof_flushes: AtomicU64,
     commits: AtomicU64,
     dev_bytes: AtomicU64,
     reclaim_zones: AtomicU64,
@@ -219,6 +223,8 @@ struct State {
     /// zone waiting for a flush), not because it was busy or interrupted.
     reclaim_exhausted: bool,
     last_io: Instant,
+    /// Overwrites in place a flush must know about (`durability::InPlaceWrites`).
+    in_place: meta::durability::InPlaceWrites,
 }
 
 impl State {
@@ -232,6 +238,7 @@ impl State {
             reclaim_last_progress: false,
             reclaim_exhausted: false,
             last_io: Instant::now(),
+            in_place: Default::default(),
         }
     }
 }
@@ -523,6 +530,7 @@ impl Engine {
             flushes: ld(&c.flushes),
             fua_writes: ld(&c.fua),
             unlogged_overwrites: ld(&c.unlogged),
+            proof_flushes: ld(&c.proof_flushes),
             commits: ld(&c.commits),
             device_bytes_written: db,
             write_amplification: if wb == 0 { 0.0 } else { db as f64 / wb as f64 },

@@ -11,7 +11,7 @@ use parking_lot::MutexGuard;
 use zbd::ZoneOp;
 
 use super::super::ids::{ChunkId, Mapping, ZoneId, BLOCK, IO_BATCH_BLOCKS};
-use super::super::meta::{self, durability, Role};
+use super::super::meta::{self, durability, Proof, Role};
 use super::super::Unsynced;
 use super::super::{retired_error, EngineError, Inner, Recheck, State};
 use super::split;
@@ -267,9 +267,15 @@ fn write_step(
     if st.meta.is_retired(target) {
         return Err(retired_error(st.meta.zone(target).role, chunk, target));
     }
-    if !st.meta.zone(target).seq && st.meta.needs_evidence(target) {
-        return Ok(Step::NeedEvidence);
-    }
+    let _in_place = if st.meta.zone(target).seq {
+        None
+    } else {
+        match st.meta.proof(target) {
+            Proof::Proven => None,
+            Proof::FlushedUnproven => return Ok(Step::NeedEvidence),
+            Proof::Unflushed => Some(InPlace::begin(inner, &mut st)),
+        }
+    };
     st.meta.touch(target);
     drop(st);
     let cnt = blocks.min(IO_BATCH_BLOCKS);
@@ -281,6 +287,25 @@ fn write_step(
         b,
         &data[..cnt as usize * BLOCK],
     )
+}
+
+/// An overwrite in place of records not yet flushed, counted from its check until its own
+/// record is appended (`durability::InPlaceWrites`), whichever way the step ends.
+struct InPlace<'a> {
+    inner: &'a Inner,
+}
+
+impl<'a> InPlace<'a> {
+    fn begin(inner: &'a Inner, st: &mut State) -> InPlace<'a> {
+        st.in_place.begin();
+        InPlace { inner }
+    }
+}
+
+impl Drop for InPlace<'_> {
+    fn drop(&mut self) {
+        self.inner.state.lock().in_place.end();
+    }
 }
 
 /// The first write of an unmapped chunk maps a zone: at the chunk's first block a free

@@ -19,6 +19,49 @@ use super::cache::SnapBlock;
 use super::log::PAYLOAD;
 use super::record::{Ctx, Rec};
 
+/// Overwrites in place into conventional zones whose validating records were not flushed
+/// when the overwrite checked them ([`Proof::Unflushed`](super::Proof)), from that check
+/// until the overwrite's own record (or its absence) is in the log. A flush that covers
+/// those records while one is in flight would leave them flushed but unproven under data
+/// their CRCs no longer match, so [`flush`] proves them before it returns (design.md, "Why
+/// proven must be durable before overwrites"). Kept in `State`, under its lock.
+#[derive(Default)]
+pub(in crate::engine) struct InPlaceWrites {
+    in_flight: u32,
+    /// Every overwrite that ever began: a flush sees one that began during it.
+    began: u64,
+}
+
+/// What [`InPlaceWrites`] looked like when a flush began.
+#[derive(Clone, Copy)]
+pub(in crate::engine) struct InPlaceMark {
+    in_flight: u32,
+    began: u64,
+}
+
+impl InPlaceWrites {
+    pub(in crate::engine) fn begin(&mut self) {
+        self.in_flight += 1;
+        self.began += 1;
+    }
+
+    pub(in crate::engine) fn end(&mut self) {
+        self.in_flight -= 1;
+    }
+
+    fn mark(&self) -> InPlaceMark {
+        InPlaceMark {
+            in_flight: self.in_flight,
+            began: self.began,
+        }
+    }
+
+    /// Whether an overwrite was in flight at `m` or began since.
+    fn overlapped(&self, m: InPlaceMark) -> bool {
+        m.in_flight > 0 || self.began != m.began
+    }
+}
+
 /// Write every record appended so far (sealing the current block when `seal`, even an
 /// empty one when `force`). Returns (records written below, flushed_seq in the last block).
 pub(in crate::engine) fn log_sync(
@@ -90,7 +133,13 @@ pub(in crate::engine) fn flush(inner: &Inner, evidence: bool) -> Result<(), Engi
         // No room left for a proof block in this half: fold the log instead.
         return commit(inner);
     }
+    // Taken before the log is written: an overwrite that ended before it has its record
+    // in this flush.
+    let mark = inner.state.lock().in_place.mark();
     let (written, hdr) = log_sync(inner, u64::MAX, true, evidence)?;
+    if evidence {
+        inner.stats.proof_flushes.fetch_add(1, Ordering::Relaxed);
+    }
     let cands = inner.state.lock().meta.zones.flushable_frees(written);
     dev_flush(inner)?;
     let need_proof = {
@@ -98,19 +147,23 @@ pub(in crate::engine) fn flush(inner: &Inner, evidence: bool) -> Result<(), Engi
         st.meta.log.flushed_seq = st.meta.log.flushed_seq.max(written);
         st.meta.log.evidence_seq = st.meta.log.evidence_seq.max(hdr);
         let floor = st.meta.log.evidence_seq.max(st.meta.log.folded_seq);
-        cands
-            .iter()
-            .any(|&(z, _)| st.meta.zones.get(z).last_seq >= floor.max(1))
+        // An overwrite in flight may have landed (this flush made it durable) while its
+        // record did not: the records it overwrote must not depend on their CRCs.
+        (st.in_place.overlapped(mark) && floor < st.meta.log.flushed_seq)
+            || cands
+                .iter()
+                .any(|&(z, _)| st.meta.zones.get(z).last_seq >= floor.max(1))
     };
     if need_proof && !inner.state.lock().meta.log.has_room(PAYLOAD) {
         // The commit promotes the zones itself once their records are folded.
         return commit(inner);
     }
     if need_proof {
-        // A freed zone gets overwritten once reused: replay must then trust (not check) the
-        // records that validated its old contents, so make a block proving their flush
-        // durable first.
+        // A freed zone gets overwritten once reused, and an overwrite in flight may have
+        // landed: replay must then trust (not check) the records that validated the old
+        // contents, so make a block proving their flush durable first.
         let (_, hdr) = log_sync(inner, u64::MAX, true, true)?;
+        inner.stats.proof_flushes.fetch_add(1, Ordering::Relaxed);
         dev_flush(inner)?;
         let mut st = inner.state.lock();
         st.meta.log.evidence_seq = st.meta.log.evidence_seq.max(hdr);

@@ -11,7 +11,8 @@
 //! 1. a chunk lock (`Inner::chunk_locks`, striped `RwLock`);
 //! 2. `Inner::commit_lock` (one commit at a time);
 //! 3. `Inner::log_write` (one log writer at a time);
-//! 4. `Inner::state` (this [`Meta`] and the zone-wait bookkeeping; `free_cv` waits on it);
+//! 4. `Inner::state` (this [`Meta`], the zone-wait bookkeeping and the overwrites in place a
+//!    flush must prove; `free_cv` waits on it);
 //! 5. `Inner::bg` (background thread control; `bg_cv`, `reclaim_cv`, `idle_cv` wait on it);
 //! 6. `Inner::failed` and `Inner::sb` (leaves: nothing is taken while they are held).
 
@@ -35,6 +36,20 @@ use cache::MetaCache;
 use log::LogBuf;
 use record::{Ctx, FreeRec, InvalidateRec, MapRec, Rec, ReclaimRec, WriteRec};
 use zones::Zones;
+
+/// Where the records that validated a conventional zone stand ([`Meta::proof`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Proof {
+    /// None, or folded into the sets, or below a durable log header's flushed seq: replay
+    /// applies them without checking the data, so an overwrite in place cannot undo them.
+    Proven,
+    /// Flushed but proven by no durable header: replay would check their CRCs against the
+    /// data, which an overwrite in place changes; prove them first.
+    FlushedUnproven,
+    /// Not flushed yet: an overwrite may go ahead, but a flush that covers them while it is
+    /// in flight must prove them before it returns (`durability::InPlaceWrites`).
+    Unflushed,
+}
 
 /// The metadata state. Only this module and its children change it.
 pub(super) struct Meta {
@@ -107,12 +122,18 @@ impl Meta {
         self.zones.idle_for(zone)
     }
 
-    /// Whether overwriting conventional zone `z` in place needs a durable proof that the
-    /// records validating it were flushed (otherwise replay could not trust them).
-    pub fn needs_evidence(&self, z: ZoneId) -> bool {
+    /// Where the records that validated conventional zone `z` stand, for an overwrite in
+    /// place (design.md, "Why proven must be durable before overwrites").
+    pub fn proof(&self, z: ZoneId) -> Proof {
         let ls = self.zones.get(z).last_seq;
         let log = &self.log;
-        ls != 0 && ls >= log.evidence_seq.max(log.folded_seq) && ls < log.flushed_seq
+        if ls == 0 || ls < log.evidence_seq.max(log.folded_seq) {
+            Proof::Proven
+        } else if ls < log.flushed_seq {
+            Proof::FlushedUnproven
+        } else {
+            Proof::Unflushed
+        }
     }
 
     /// Whether a write of blocks `[b, b + n)` in place into conventional zone `z` (a
