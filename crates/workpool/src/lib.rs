@@ -1,6 +1,7 @@
-//! Worker pool for per-chunk works and reclaim jobs, independent of the engine.
+//! Worker pool for per-chunk works, independent of the engine.
 //!
-//! A *job* is a closure queued under a *key* (a chunk number, a victim zone). All jobs of one
+//! A *job* is a closure queued under a *key* (the daemon uses chunk numbers; reclaim runs on
+//! the engine's own threads, never here: see docs/design.md, "Architecture"). All jobs of one
 //! key form that key's *work*: it runs on one worker at a time, taking the jobs in arrival
 //! order. Different keys run in parallel, subject to the [`Policy`]:
 //!
