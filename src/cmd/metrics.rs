@@ -80,6 +80,7 @@ const METRICS: &[Def] = &[
     Def("metadata_log_blocks_written", "Metadata log blocks written.", C, At(&["engine", "log_block_writes"])),
     Def("metadata_unlogged_overwrites", "In-place overwrites that needed no metadata log record.", C, At(&["engine", "unlogged_overwrites"])),
     Def("metadata_proof_flushes", "Device flushes made only to prove flushed metadata records.", C, At(&["engine", "proof_flushes"])),
+    Def("metadata_written_ahead", "Overwrites in place whose log record was written before their data.", C, At(&["engine", "written_ahead"])),
     Def("metadata_dirty", "1 while metadata changed since the last commit.", G, Flag(&["engine", "metadata_dirty"])),
     Def("metadata_memory_bytes", "Memory held by the metadata.", G, At(&["engine", "metadata_mem_bytes"])),
     Def("metadata_cached_bitmap_blocks", "Bitmap blocks cached.", G, At(&["engine", "cached_bitmap_blocks"])),

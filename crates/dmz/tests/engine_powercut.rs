@@ -324,3 +324,114 @@ fn a_flush_during_an_overwrite_in_place_proves_what_it_overwrites() {
     );
     crash(e);
 }
+
+/// Pattern data of write `id` for blocks `b..b + n`.
+fn blocks_of(id: u64, b: u64, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n * BS];
+    pattern(id, b, &mut v);
+    v
+}
+
+/// The write block `b` of `e` holds (0: zeros); panics on damaged data.
+fn id_at(e: &Engine, b: u64) -> u64 {
+    let mut got = vec![0u8; BS];
+    e.read(b * BS as u64, &mut got).unwrap();
+    block_id(&got, b).unwrap()
+}
+
+/// Reclaim's fallback when no sequential zone is free copies the data zone's blocks into the
+/// buffer in place: the records that validated the buffer's overwritten blocks must be proven
+/// first. Here the buffer's block 12 (write 3, flushed) is invalidated by an unsynced write
+/// at the data zone's write pointer, and reclaim's copy overwrites it; a power cut keeping the
+/// copies (reclaim flushes them) and nothing after must still read write 3 (or 5).
+#[test]
+fn reclaim_into_the_buffer_proves_what_it_overwrites() {
+    // 9 zones of 1 MiB: 6 conventional (2 for the sets), 3 sequential, one reserved; a
+    // sequential zone offline takes the reserve's place: 2 for data, none left.
+    let template = formatted_mem(1024, 9, 6, 1);
+    template
+        .set_condition(8, zbd::ZoneCondition::Offline)
+        .unwrap();
+    let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
+    let opts = power_cut_opts();
+    let e = open(dev.clone(), opts.clone());
+    let cs = e.chunk_size() / BS as u64;
+    let w =
+        |b: u64, n: usize, id: u64| e.write(b * BS as u64, &blocks_of(id, b, n), false).unwrap();
+    w(0, 10, 1); // chunk 0 streams into a sequential zone, write pointer 10
+    w(3, 1, 2); // below the write pointer: the buffer
+    w(12, 1, 3); // past it: the buffer
+    w(cs, 4, 4); // chunk 1 takes the last sequential zone
+    e.flush().unwrap(); // write 3 is durable
+    assert_eq!(e.stats().zones_free_sequential, 0);
+    // At the write pointer, invalidating the buffer's block 12; its record is not written.
+    let _u = e
+        .write_unsynced(10 * BS as u64, &blocks_of(5, 10, 3), false, &|| {})
+        .unwrap();
+    assert!(e.debug_reclaim_chunk(0, true).unwrap());
+    dev.cut_power_after_writes(0);
+    e.crash_for_test();
+    dev.power_cut(|_| false).unwrap();
+    let e = open(dev.clone(), opts);
+    let id = id_at(&e, 12);
+    assert!(
+        id == 3 || id == 5,
+        "block 12 reads as write {id}: the flushed write 3 was lost"
+    );
+    crash(e);
+}
+
+/// A daemon killed after an overwrite in place put its data on the device, before the log
+/// had its record: the blocks must read as the acknowledged write before it or as the
+/// overwrite, never as unwritten (replay checks the earlier, unproven record's CRC against
+/// the data). Two cases: blocks valid in the zone (a record is written ahead of the data),
+/// and blocks invalid there whose invalidating record is still in the log buffer (the log
+/// is written up to it before the data).
+#[test]
+fn a_daemon_killed_during_an_overwrite_in_place_keeps_the_acknowledged_write() {
+    let mut opts = power_cut_opts();
+    opts.direct_sequential = false; // the chunk's data zone is conventional
+    let dev = formatted_mem(256, 24, 8, 2);
+    let e = open(dev.clone(), opts.clone());
+    e.write(5 * BS as u64, &blocks_of(1, 5, 1), false).unwrap();
+    let before = e.stats().written_ahead;
+    // The overwrite's data is on the device; its acknowledgement (the log write) is not.
+    let _u = e
+        .write_unsynced(5 * BS as u64, &blocks_of(2, 5, 1), false, &|| {})
+        .unwrap();
+    assert_eq!(e.stats().written_ahead, before + 1);
+    e.crash_for_test();
+    let e = open(dev.clone(), opts);
+    let id = id_at(&e, 5);
+    assert!(
+        id == 1 || id == 2,
+        "block 5 reads as write {id}: the acknowledged write 1 was lost"
+    );
+    crash(e);
+
+    // Buffer block 12 (write 3, acknowledged) is invalidated by an unsynced write at the data
+    // zone's write pointer, then overwritten in the buffer by an unsynced write.
+    let opts = power_cut_opts();
+    let dev = formatted_mem(256, 24, 8, 2);
+    let e = open(dev.clone(), opts.clone());
+    e.write(0, &blocks_of(1, 0, 10), false).unwrap(); // a sequential data zone, wp 10
+                                                      // The buffer: block 12, and block 14, which keeps it mapped.
+    e.write(12 * BS as u64, &blocks_of(3, 12, 1), false)
+        .unwrap();
+    e.write(14 * BS as u64, &blocks_of(6, 14, 1), false)
+        .unwrap();
+    let _x = e
+        .write_unsynced(10 * BS as u64, &blocks_of(4, 10, 3), false, &|| {})
+        .unwrap();
+    let _w = e
+        .write_unsynced(12 * BS as u64, &blocks_of(5, 12, 1), false, &|| {})
+        .unwrap();
+    e.crash_for_test();
+    let e = open(dev.clone(), opts);
+    let id = id_at(&e, 12);
+    assert!(
+        [3, 4, 5].contains(&id),
+        "block 12 reads as write {id}: the acknowledged write 3 was lost"
+    );
+    crash(e);
+}

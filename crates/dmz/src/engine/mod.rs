@@ -177,6 +177,9 @@ pub struct EngineStats {
     /// Device flushes made only to prove flushed records before they are overwritten in
     /// place or their zone is reused (design.md, "Why proven must be durable").
     pub proof_flushes: u64,
+    /// Overwrites in place whose record was written before their data (design.md,
+    /// "Overwrites in place and kill -9").
+    pub written_ahead: u64,
     pub commits: u64,
     pub log_block_writes: u64,
     pub device_bytes_written: u64,
@@ -196,6 +199,7 @@ struct Counters {
     fua: AtomicU64,
     unlogged: AtomicU64,
     proof_flushes: AtomicU64,
+    written_ahead: AtomicU64,
     commits: AtomicU64,
     dev_bytes: AtomicU64,
     reclaim_zones: AtomicU64,
@@ -531,6 +535,7 @@ impl Engine {
             fua_writes: ld(&c.fua),
             unlogged_overwrites: ld(&c.unlogged),
             proof_flushes: ld(&c.proof_flushes),
+            written_ahead: ld(&c.written_ahead),
             commits: ld(&c.commits),
             device_bytes_written: db,
             write_amplification: if wb == 0 { 0.0 } else { db as f64 / wb as f64 },

@@ -267,7 +267,7 @@ fn write_step(
     if st.meta.is_retired(target) {
         return Err(retired_error(st.meta.zone(target).role, chunk, target));
     }
-    let _in_place = if st.meta.zone(target).seq {
+    let in_place = if st.meta.zone(target).seq {
         None
     } else {
         match st.meta.proof(target) {
@@ -277,8 +277,31 @@ fn write_step(
         }
     };
     st.meta.touch(target);
+    let mut cnt = blocks.min(IO_BATCH_BLOCKS);
+    if in_place.is_some() {
+        // Replay checks the zone's records against the data: what this write overwrites
+        // must be in the log before it (design.md, "Overwrites in place and kill -9").
+        let bits = st.meta.bits(&*inner.dev, target, b, cnt)?;
+        let valid = bits[0];
+        cnt = bits.iter().take_while(|v| **v == valid).count() as u32;
+        let data = &data[..cnt as usize * BLOCK];
+        if valid
+            && !st
+                .meta
+                .overwrite_needs_no_record(&*inner.dev, target, b, cnt)?
+        {
+            return write_ahead(inner, st, chunk, target, other, b, data);
+        }
+        // Invalid blocks: the records that invalidated them (a write at the data zone's
+        // write pointer waiting for its batch's log write, say) go to the log first.
+        let cleared = st.meta.zone(target).last_cleared_seq;
+        drop(st);
+        if cleared > 0 {
+            durability::log_sync(inner, cleared + 1, false, false)?;
+        }
+        return write_blocks(inner, chunk, target, other, b, data);
+    }
     drop(st);
-    let cnt = blocks.min(IO_BATCH_BLOCKS);
     write_blocks(
         inner,
         chunk,
@@ -287,6 +310,36 @@ fn write_step(
         b,
         &data[..cnt as usize * BLOCK],
     )
+}
+
+/// An overwrite in place of blocks all valid in `target`, whose records replay would check
+/// against the data: its own record (no bit changes) and every record before it go to the
+/// log first, then the data. A daemon killed between the two leaves either the old data,
+/// which the earlier records match, or the new, which this record matches; with the record
+/// after the data, the new data would fail the earlier records and the blocks read as never
+/// written (design.md, "Overwrites in place and kill -9").
+fn write_ahead(
+    inner: &Inner,
+    mut st: MutexGuard<'_, State>,
+    chunk: ChunkId,
+    target: ZoneId,
+    other: Option<ZoneId>,
+    b: u32,
+    data: &[u8],
+) -> Result<Step, EngineError> {
+    let cnt = (data.len() / BLOCK) as u32;
+    let crcs: Vec<u32> = data.chunks(BLOCK).map(crc32fast::hash).collect();
+    let seq = meta::written(inner, &mut st, target, b, other, crcs)?;
+    drop(st);
+    durability::log_sync(inner, seq + 1, false, false)?;
+    if let Err(err) = inner.dev_write(data, inner.zone_offset(target, b)) {
+        if let Recheck::Lost(role) = inner.recheck_zone(target) {
+            return Err(retired_error(role, chunk, target));
+        }
+        return Err(err.into());
+    }
+    inner.stats.written_ahead.fetch_add(1, Ordering::Relaxed);
+    Ok(Step::Done(cnt, seq))
 }
 
 /// An overwrite in place of records not yet flushed, counted from its check until its own

@@ -147,8 +147,9 @@ pub(in crate::engine) fn flush(inner: &Inner, evidence: bool) -> Result<(), Engi
         st.meta.log.flushed_seq = st.meta.log.flushed_seq.max(written);
         st.meta.log.evidence_seq = st.meta.log.evidence_seq.max(hdr);
         let floor = st.meta.log.evidence_seq.max(st.meta.log.folded_seq);
-        // An overwrite in flight may have landed (this flush made it durable) while its
-        // record did not: the records it overwrote must not depend on their CRCs.
+        // An overwrite in flight may have its data durable (by this flush, or by a later
+        // destage) while its record is not: the records it overwrote must not depend on
+        // their CRCs.
         (st.in_place.overlapped(mark) && floor < st.meta.log.flushed_seq)
             || cands
                 .iter()

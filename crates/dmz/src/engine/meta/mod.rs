@@ -124,10 +124,18 @@ impl Meta {
 
     /// Where the records that validated conventional zone `z` stand, for an overwrite in
     /// place (design.md, "Why proven must be durable before overwrites").
+    ///
+    /// The zone's last validating record (`ZoneInfo::last_seq`) speaks for the earlier ones:
+    /// every record that validates blocks of a conventional zone in place was appended
+    /// after this check (a write step, reclaim's copy into the buffer) found the zone
+    /// `Proven` or `Unflushed`, and a flush that ran meanwhile proved what it flushed
+    /// (`durability::InPlaceWrites`). So an earlier record of the zone is never flushed and
+    /// unproven while the last one is unflushed.
     pub fn proof(&self, z: ZoneId) -> Proof {
         let ls = self.zones.get(z).last_seq;
         let log = &self.log;
-        if ls == 0 || ls < log.evidence_seq.max(log.folded_seq) {
+        let floor = log.evidence_seq.max(log.folded_seq);
+        if ls == 0 || ls < floor {
             Proof::Proven
         } else if ls < log.flushed_seq {
             Proof::FlushedUnproven

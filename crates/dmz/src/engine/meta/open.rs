@@ -300,7 +300,7 @@ fn settle_chunk(
     let di = m.zones.get(d);
     if di.seq && di.wp < zb && di.weight > 0 && di.role != Role::Offline {
         let c = m.cache.set_range(dev, d, di.wp, zb - di.wp, false)?;
-        m.zones.sub_weight(d, c);
+        m.zones.sub_weight(d, c, 0);
     }
     if ne.bzone.is_some_and(|b| m.zones.get(b).weight == 0) {
         ne.bzone = None;

@@ -174,7 +174,7 @@ impl WriteRec {
         m.zones.add_weight(self.zone, c, seq);
         if let Some(o) = self.other {
             let c = m.cache.set_range(dev, o, block, count, false)?;
-            m.zones.sub_weight(o, c);
+            m.zones.sub_weight(o, c, seq);
         }
         Ok(())
     }
@@ -307,13 +307,13 @@ impl Record for InvalidateRec {
         &self,
         m: &mut Meta,
         dev: &dyn ZonedDevice,
-        _: u64,
+        seq: u64,
         _: Ctx,
     ) -> Result<(), EngineError> {
         let c = m
             .cache
             .set_range(dev, self.zone, self.block, self.count, false)?;
-        m.zones.sub_weight(self.zone, c);
+        m.zones.sub_weight(self.zone, c, seq);
         Ok(())
     }
 }

@@ -54,6 +54,8 @@ pub(in crate::engine) struct ZoneInfo {
     /// ...and of the last one that made a block valid that was not valid before (0: none
     /// since load): below the folded records, every valid block is in the committed sets.
     pub last_new_seq: u64,
+    /// ...and of the last one that made valid blocks invalid here (0: none since load).
+    pub last_cleared_seq: u64,
 }
 
 pub(super) struct Zones {
@@ -112,6 +114,7 @@ impl Zones {
                     used_at: 0,
                     last_seq: 0,
                     last_new_seq: 0,
+                    last_cleared_seq: 0,
                 }
             })
             .collect();
@@ -259,8 +262,13 @@ impl Zones {
         self.z[zone.idx()].weight += valid;
     }
 
-    pub fn sub_weight(&mut self, zone: ZoneId, invalid: u32) {
-        self.z[zone.idx()].weight -= invalid;
+    /// `invalid` blocks of `zone` became invalid by record `seq` (0: by no record).
+    pub fn sub_weight(&mut self, zone: ZoneId, invalid: u32, seq: u64) {
+        let zi = &mut self.z[zone.idx()];
+        zi.weight -= invalid;
+        if invalid > 0 && seq > 0 {
+            zi.last_cleared_seq = seq;
+        }
     }
 
     pub fn clear_weight(&mut self, zone: ZoneId) {

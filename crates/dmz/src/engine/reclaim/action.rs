@@ -9,7 +9,7 @@ use tracing::debug;
 use zbd::ZoneOp;
 
 use super::super::ids::{ChunkId, Mapping, ZoneId};
-use super::super::meta::{self, durability, Bits, ZoneInfo};
+use super::super::meta::{self, durability, Bits, Proof, ZoneInfo};
 use super::super::{EngineError, Inner, Recheck, State};
 use super::copy::{abandon, copy, Runs};
 use super::victim::{seq_available, Cand};
@@ -185,6 +185,22 @@ fn conventional_into_sequential(
     })
 }
 
+/// Copies into a conventional destination overwrite its blocks in place: as for a write in
+/// place (design.md, "Why proven must be durable before overwrites"), the records that
+/// validated them must be proven first, or a power cut that keeps the copies and loses the
+/// records after them fails their CRC checks. Two proof flushes at most: the first flushes
+/// the zone's records, the second proves them (nothing else writes into the chunk's zone).
+fn prove_destination(
+    inner: &Inner,
+    st: &mut MutexGuard<'_, State>,
+    dst: ZoneId,
+) -> Result<(), EngineError> {
+    while st.meta.proof(dst) != Proof::Proven {
+        MutexGuard::unlocked(st, || durability::flush(inner, true))?;
+    }
+    Ok(())
+}
+
 /// Reset a fresh destination, copy, make the copies durable, then log the `Reclaim` record
 /// (which frees the sources) and free what the chunk no longer needs.
 fn carry_out(
@@ -210,6 +226,12 @@ fn carry_out(
             return abandon(inner, dst, fresh, &srcs, err.into());
         }
         st.meta.set_wp(dst, 0);
+    }
+    if !dst_seq {
+        if let Err(err) = prove_destination(inner, &mut st, dst) {
+            drop(st);
+            return abandon(inner, dst, fresh, &srcs, err);
+        }
     }
     drop(st);
     // The copies must be durable before the record that points at them.
