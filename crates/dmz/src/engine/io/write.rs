@@ -284,24 +284,25 @@ fn write_step(
         let bits = st.meta.bits(&*inner.dev, target, b, cnt)?;
         let valid = bits[0];
         cnt = bits.iter().take_while(|v| **v == valid).count() as u32;
-        let data = &data[..cnt as usize * BLOCK];
         if valid
             && !st
                 .meta
                 .overwrite_needs_no_record(&*inner.dev, target, b, cnt)?
         {
+            let data = &data[..cnt as usize * BLOCK];
             return write_ahead(inner, st, chunk, target, other, b, data);
         }
         // Invalid blocks: the records that invalidated them (a write at the data zone's
         // write pointer waiting for its batch's log write, say) go to the log first.
         let cleared = st.meta.zone(target).last_cleared_seq;
+        let unwritten = cleared > 0 && !st.meta.log_holds(cleared);
         drop(st);
-        if cleared > 0 {
+        if unwritten {
             durability::log_sync(inner, cleared + 1, false, false)?;
         }
-        return write_blocks(inner, chunk, target, other, b, data);
+    } else {
+        drop(st);
     }
-    drop(st);
     write_blocks(
         inner,
         chunk,
@@ -328,8 +329,7 @@ fn write_ahead(
     data: &[u8],
 ) -> Result<Step, EngineError> {
     let cnt = (data.len() / BLOCK) as u32;
-    let crcs: Vec<u32> = data.chunks(BLOCK).map(crc32fast::hash).collect();
-    let seq = meta::written(inner, &mut st, target, b, other, crcs)?;
+    let seq = meta::written(inner, &mut st, target, b, other, block_crcs(data))?;
     drop(st);
     durability::log_sync(inner, seq + 1, false, false)?;
     if let Err(err) = inner.dev_write(data, inner.zone_offset(target, b)) {
@@ -340,6 +340,11 @@ fn write_ahead(
     }
     inner.stats.written_ahead.fetch_add(1, Ordering::Relaxed);
     Ok(Step::Done(cnt, seq))
+}
+
+/// The CRC-32 of each block of `data`, as a `Write` record carries them.
+fn block_crcs(data: &[u8]) -> Vec<u32> {
+    data.chunks(BLOCK).map(crc32fast::hash).collect()
 }
 
 /// An overwrite in place of records not yet flushed, counted from its check until its own
@@ -469,7 +474,7 @@ fn write_blocks(
     data: &[u8],
 ) -> Result<Step, EngineError> {
     let cnt = (data.len() / BLOCK) as u32;
-    let crcs: Vec<u32> = data.chunks(BLOCK).map(crc32fast::hash).collect();
+    let crcs = block_crcs(data);
     if let Err(err) = inner.dev_write(data, inner.zone_offset(target, b)) {
         if let Recheck::Lost(role) = inner.recheck_zone(target) {
             let mut st = inner.state.lock();

@@ -169,6 +169,11 @@ impl Meta {
         Ok(self.bits(dev, z, b, n)?.all())
     }
 
+    /// Whether record `seq` is written to the log already (a sync up to it has nothing to do).
+    pub fn log_holds(&self, seq: u64) -> bool {
+        self.log.written_seq > seq
+    }
+
     /// The sequence number of the last record appended (0: none yet). A write without a
     /// record syncs the log up to it: whatever was logged before the write (a reclaim's
     /// remapping of the zone, say) is then in the log before the write is acknowledged, as
