@@ -54,6 +54,8 @@ struct Run {
     op: u64,
     /// Reopens and crashes so far: every [`CHECK_EVERY_REOPEN`]th runs the consistency check.
     reopens: u64,
+    /// Writes made the hop-free way (planned by the engine, put on the device here).
+    planned: u64,
 }
 
 impl Run {
@@ -117,9 +119,16 @@ impl Run {
         self.id += 1;
         let mut buf = vec![0u8; len as usize * BS];
         pattern(self.id, start, &mut buf);
-        self.e()
-            .write(start * BS as u64, &buf, fua)
-            .unwrap_or_else(|e| panic!("write {start}+{len}: {e}"));
+        // Half the plain writes go the hop-free way where the engine plans them, as the
+        // frontend's queue threads make them.
+        let r = if !fua && self.rng.gen_bool(0.5) {
+            common::powercut::write_planned(self.e(), start * BS as u64, &buf)
+        } else {
+            self.e().write(start * BS as u64, &buf, fua).map(|()| false)
+        };
+        if r.unwrap_or_else(|e| panic!("write {start}+{len}: {e}")) {
+            self.planned += 1;
+        }
         let s = start as usize * BS;
         self.model[s..s + buf.len()].copy_from_slice(&buf);
         self.last_end = start + len;
@@ -208,6 +217,7 @@ fn run(seed: u64, ops: u64, policy: VictimPolicy, parallel: usize) {
         history: Vec::new(),
         op: 0,
         reopens: 0,
+        planned: 0,
     };
     r.e = Some(open(d, r.opts()));
     r.blocks = r.e().capacity() / BS as u64;
@@ -257,8 +267,12 @@ fn run(seed: u64, ops: u64, policy: VictimPolicy, parallel: usize) {
     r.check_all();
     let s = r.e().stats();
     eprintln!(
-        "seed {seed}: {ops} ops done: {} zones reclaimed, {} blocks copied, WA {:.2}",
-        s.reclaim_zones, s.reclaim_blocks_copied, s.write_amplification
+        "seed {seed}: {ops} ops done: {} zones reclaimed, {} blocks copied, WA {:.2}, {} planned writes",
+        s.reclaim_zones, s.reclaim_blocks_copied, s.write_amplification, r.planned
+    );
+    assert!(
+        r.planned > 0 || ops < 1000,
+        "no write went the hop-free way"
     );
     r.reopen(false);
     r.check_all();

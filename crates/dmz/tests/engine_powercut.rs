@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::powercut::{run, verify, Op};
+use common::powercut::{run_with, verify, Op};
 use common::*;
 use dmz::engine::{Engine, EngineOptions};
 use rand::rngs::StdRng;
@@ -55,12 +55,14 @@ fn workload(seed: u64, n: usize, blocks: u64, chunk: u64) -> Vec<Op> {
 }
 
 /// One crash point: the power cut after device write `k` of `seed`'s workload, keeping all
-/// (`pat` 0), none (1) or a random half (2) of the unflushed writes.
+/// (`pat` 0), none (1) or a random half (2) of the unflushed writes; `planned`: the
+/// workload's writes go the hop-free way where the engine plans them (`run_with`).
 #[derive(Clone, Copy)]
 struct Cut {
     seed: u64,
     k: u64,
     pat: u64,
+    planned: bool,
 }
 
 /// Run `ops` on a copy of `template` until the power goes at `cut`, then reopen and verify.
@@ -71,12 +73,17 @@ fn cut_and_verify(
     cap_blocks: u64,
     cut: Cut,
 ) {
-    let Cut { seed, k, pat } = cut;
+    let Cut {
+        seed,
+        k,
+        pat,
+        planned,
+    } = cut;
     let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
     dev.cut_power_after_writes(k);
     let done = match Engine::open(dev.clone(), opts.clone()) {
         Ok(e) => {
-            let d = run(&e, ops);
+            let d = run_with(&e, ops, planned);
             // The device is dead: no consistency check (it reads bitmaps).
             e.crash_for_test();
             d
@@ -113,6 +120,7 @@ fn power_cut_at_every_write() {
     // 24 zones of 256 KiB (64 blocks), 8 conventional: 20 chunks, reclaim needed.
     let template = formatted_mem(256, 24, 8, 2);
     let mut points = 0u64;
+    let mut nr_planned = 0u64;
     let mut slow = std::time::Duration::ZERO;
     let start = std::time::Instant::now();
     for seed in first..first + seeds {
@@ -121,7 +129,10 @@ fn power_cut_at_every_write() {
         let e = open(dev.clone(), power_cut_opts());
         let cap_blocks = e.capacity() / BS as u64;
         let ops = workload(seed, nops, cap_blocks, e.chunk_size() / BS as u64);
-        assert_eq!(run(&e, &ops), ops.len());
+        // Odd seeds make their writes the hop-free way where the engine plans them.
+        let planned = seed % 2 == 1;
+        assert_eq!(run_with(&e, &ops, planned), ops.len());
+        nr_planned += e.stats().planned_writes;
         crash(e);
         let total = dev.write_count();
         eprintln!(
@@ -132,15 +143,21 @@ fn power_cut_at_every_write() {
         for k in (0..=total).step_by(step) {
             for pat in 0..3u64 {
                 let t0 = std::time::Instant::now();
-                let cut = Cut { seed, k, pat };
+                let cut = Cut {
+                    seed,
+                    k,
+                    pat,
+                    planned,
+                };
                 cut_and_verify(&template, &power_cut_opts(), &ops, cap_blocks, cut);
                 points += 1;
                 slow = slow.max(t0.elapsed());
             }
         }
     }
-    eprintln!("power-cut test: {points} crash points verified");
+    eprintln!("power-cut test: {points} crash points verified, {nr_planned} planned writes");
     if release {
+        assert!(nr_planned > 0, "no write went the hop-free way");
         assert!(points >= 10_000, "only {points} crash points");
     }
 }
@@ -155,7 +172,7 @@ fn power_cut_at_every_write() {
 #[test]
 fn power_cut_at_every_write_with_unlogged_overwrites() {
     for direct_sequential in [false, true] {
-        let (points, unlogged) = unlogged_overwrite_cuts(direct_sequential);
+        let (points, unlogged, _) = unlogged_overwrite_cuts(direct_sequential, false);
         eprintln!(
             "unlogged-overwrite power cuts, direct_sequential {direct_sequential}: {points} \
              points, {unlogged} unlogged overwrites"
@@ -167,8 +184,23 @@ fn power_cut_at_every_write_with_unlogged_overwrites() {
     }
 }
 
-/// Returns (crash points, unlogged overwrites in the dry runs).
-fn unlogged_overwrite_cuts(direct_sequential: bool) -> (u64, u64) {
+/// The same workloads with their writes made the hop-free way (`Engine::plan_write`, the
+/// data put on the device by the caller, as the frontend's queue threads do) wherever the
+/// engine plans them: the same guarantees at every cut.
+#[test]
+fn power_cut_at_every_write_with_planned_writes() {
+    for direct_sequential in [false, true] {
+        let (points, unlogged, planned) = unlogged_overwrite_cuts(direct_sequential, true);
+        eprintln!(
+            "planned-write power cuts, direct_sequential {direct_sequential}: {points} points, \
+             {planned} planned writes, {unlogged} unlogged overwrites"
+        );
+        assert!(planned > 0, "the workload never made a planned write");
+    }
+}
+
+/// Returns (crash points, unlogged overwrites and planned writes in the dry runs).
+fn unlogged_overwrite_cuts(direct_sequential: bool, planned: bool) -> (u64, u64, u64) {
     let release = !cfg!(debug_assertions);
     let seeds: u64 = if release { 4 } else { 1 };
     let template = formatted_mem(256, 24, 8, 2);
@@ -176,6 +208,7 @@ fn unlogged_overwrite_cuts(direct_sequential: bool) -> (u64, u64) {
     opts.direct_sequential = direct_sequential;
     let mut points = 0u64;
     let mut unlogged = 0u64;
+    let mut nr_planned = 0u64;
     for seed in 0..seeds {
         let mut rng = StdRng::seed_from_u64(seed + 100);
         let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
@@ -197,18 +230,25 @@ fn unlogged_overwrite_cuts(direct_sequential: bool) -> (u64, u64) {
                 _ => Op::Commit,
             })
             .collect();
-        assert_eq!(run(&e, &ops), ops.len());
+        assert_eq!(run_with(&e, &ops, planned), ops.len());
         unlogged += e.stats().unlogged_overwrites;
+        nr_planned += e.stats().planned_writes;
         crash(e);
         let total = dev.write_count();
         for k in 0..=total {
             for pat in 0..3u64 {
-                cut_and_verify(&template, &opts, &ops, cap_blocks, Cut { seed, k, pat });
+                let cut = Cut {
+                    seed,
+                    k,
+                    pat,
+                    planned,
+                };
+                cut_and_verify(&template, &opts, &ops, cap_blocks, cut);
                 points += 1;
             }
         }
     }
-    (points, unlogged)
+    (points, unlogged, nr_planned)
 }
 
 /// Holds back one device write (the one whose data is `data`) until the test lets it go,

@@ -612,6 +612,7 @@ impl ZonedDevice for BlockDev {
             fd: self.file.as_raw_fd(),
             base: 0,
             direct: true,
+            conv_writes: true,
         })
     }
 

@@ -221,13 +221,18 @@ pub type Result<T> = std::result::Result<T, ZbdError>;
 /// blocks below a sequential zone's write pointer and for conventional zones (the only
 /// blocks the engine reads: valid ones), not past a write pointer (where
 /// [`ZonedDevice::read_at`] gives zeros). The descriptor lives as long as the device; it is
-/// only read through, never written or closed by the caller.
+/// never closed by the caller, and written through only where `conv_writes` says so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadSource {
     pub fd: std::os::fd::RawFd,
     pub base: u64,
     /// Opened `O_DIRECT`: buffers, offsets and lengths must be 4096-aligned.
     pub direct: bool,
+    /// Conventional zones may also be written through `fd` (same offsets): the device keeps
+    /// no state for those writes, so a write there is what [`ZonedDevice::write_at`] would
+    /// do. It skips the device's own checks of the zone's condition: the caller writes only
+    /// zones it has not retired. Never for sequential zones (their write pointers).
+    pub conv_writes: bool,
 }
 
 /// One device of a (possibly multi-device) volume, as [`ZonedDevice::members`] lists it.

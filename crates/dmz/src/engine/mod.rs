@@ -29,7 +29,7 @@ use ids::{ChunkId, ZoneId, BLOCK};
 use meta::durability;
 use meta::{ConvQueue, Meta, Role};
 
-pub use io::{ReadPlan, ReadSegment};
+pub use io::{ReadPlan, ReadSegment, WritePlan};
 pub use reclaim::{ReclaimOptions, VictimPolicy};
 pub use zbd::ReadSource;
 
@@ -180,6 +180,8 @@ pub struct EngineStats {
     /// Overwrites in place whose record was written before their data (design.md,
     /// "Overwrites in place and kill -9").
     pub written_ahead: u64,
+    /// Writes a caller put on the device itself from a [`WritePlan`] (hop-free writes).
+    pub planned_writes: u64,
     pub commits: u64,
     pub log_block_writes: u64,
     pub device_bytes_written: u64,
@@ -200,6 +202,7 @@ struct Counters {
     unlogged: AtomicU64,
     proof_flushes: AtomicU64,
     written_ahead: AtomicU64,
+    planned_writes: AtomicU64,
     commits: AtomicU64,
     dev_bytes: AtomicU64,
     reclaim_zones: AtomicU64,
@@ -468,6 +471,17 @@ impl Engine {
         io::plan_read(&self.inner, offset, len)
     }
 
+    /// A write of `[offset, offset + len)` (inside one chunk, at most `IO_BATCH_BLOCKS`)
+    /// that the caller may put on the device itself, planned without blocking: an overwrite
+    /// in place of the chunk's conventional data zone that needs nothing before its data
+    /// (docs/design.md, "Hop-free writes"). The plan holds the chunk's write lock until it is
+    /// completed or dropped. `None` whenever that cannot be had at once (any other write
+    /// case, the chunk or state lock taken, a bitmap block not cached, the engine failed):
+    /// [`Engine::write`] then does it. Not for FUA writes.
+    pub fn plan_write(&self, offset: u64, len: u64) -> Option<WritePlan> {
+        io::plan_write(&self.inner, offset, len)
+    }
+
     /// Write, and return once the write survives a daemon crash (its log block written);
     /// with `fua`, a power cut too.
     pub fn write(&self, offset: u64, buf: &[u8], fua: bool) -> Result<(), EngineError> {
@@ -536,6 +550,7 @@ impl Engine {
             unlogged_overwrites: ld(&c.unlogged),
             proof_flushes: ld(&c.proof_flushes),
             written_ahead: ld(&c.written_ahead),
+            planned_writes: ld(&c.planned_writes),
             commits: ld(&c.commits),
             device_bytes_written: db,
             write_amplification: if wb == 0 { 0.0 } else { db as f64 / wb as f64 },

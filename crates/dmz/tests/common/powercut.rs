@@ -1,7 +1,7 @@
 //! The power-cut tests' shared model: a workload's operations, running them until the device
 //! dies, and what every block may read back after the cut.
 
-use dmz::engine::Engine;
+use dmz::engine::{Engine, EngineError};
 
 use super::{block_id, pattern, BS};
 
@@ -23,13 +23,23 @@ pub enum Op {
 
 /// Run ops until one fails; returns how many completed.
 pub fn run(e: &Engine, ops: &[Op]) -> usize {
+    run_with(e, ops, false)
+}
+
+/// [`run`]; with `planned`, each write the engine plans ([`Engine::plan_write`]) is put
+/// on the device by the test, as the frontend's queue threads do (see [`write_planned`]).
+pub fn run_with(e: &Engine, ops: &[Op], planned: bool) -> usize {
     let mut buf = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         let r = match *op {
             Op::Write { start, len, fua } => {
                 buf.resize(len as usize * BS, 0);
                 pattern(i as u64 + 1, start, &mut buf);
-                e.write(start * BS as u64, &buf, fua)
+                if planned && !fua {
+                    write_planned(e, start * BS as u64, &buf).map(|_| ())
+                } else {
+                    e.write(start * BS as u64, &buf, fua)
+                }
             }
             Op::Discard { start, len } => e.discard(start * BS as u64, len * BS as u64),
             Op::Flush => e.flush(),
@@ -78,4 +88,18 @@ pub fn verify(e: &Engine, ops: &[Op], done: usize, blocks: u64, what: &str) {
             "{what}: block {b} reads write {id}, acceptable {ok:?} (done {done}, last sync {last_sync:?})"
         );
     }
+}
+
+/// A write as the frontend's hop-free path makes it: planned if the engine plans it, the
+/// data put on the device by the caller, then completed and synced; a write not planned, or
+/// whose device write failed (the plan dropped), goes through [`Engine::write`].
+/// True if the write was planned.
+pub fn write_planned(e: &Engine, offset: u64, buf: &[u8]) -> Result<bool, EngineError> {
+    if let Some(plan) = e.plan_write(offset, buf.len() as u64) {
+        if plan.write_for_test(buf).is_ok() {
+            let w = plan.complete(buf)?;
+            return e.sync(w).map(|()| true);
+        }
+    }
+    e.write(offset, buf, false).map(|()| false)
 }

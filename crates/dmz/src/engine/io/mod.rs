@@ -3,6 +3,7 @@
 //! conventional zones, or into the chunk's buffer zone), discards by invalidation.
 
 mod write;
+mod write_plan;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -16,6 +17,8 @@ use super::meta::{self, durability};
 use super::{retired_error, EngineError, Inner, State};
 
 pub(super) use write::{sync, write};
+pub(super) use write_plan::plan_write;
+pub use write_plan::WritePlan;
 
 const B: u64 = BLOCK as u64;
 

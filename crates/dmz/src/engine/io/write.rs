@@ -4,6 +4,7 @@
 //! zone), the device write with its record ([`write_blocks`]), the catch-up of out-of-order
 //! streams ([`catch_up`]), and waiting for a free zone ([`wait_free`]).
 
+use std::ops::Deref;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -62,7 +63,7 @@ pub(in crate::engine) fn sync(inner: &Inner, w: Unsynced) -> Result<(), EngineEr
 }
 
 /// What one step of a write did, or what it needs first.
-enum Step {
+pub(super) enum Step {
     /// Blocks written, and the sequence number of the last record the write must see in
     /// the log before it is acknowledged (0: none).
     Done(u32, u64),
@@ -343,24 +344,26 @@ fn write_ahead(
 }
 
 /// The CRC-32 of each block of `data`, as a `Write` record carries them.
-fn block_crcs(data: &[u8]) -> Vec<u32> {
+pub(super) fn block_crcs(data: &[u8]) -> Vec<u32> {
     data.chunks(BLOCK).map(crc32fast::hash).collect()
 }
 
 /// An overwrite in place of records not yet flushed, counted from its check until its own
 /// record is appended (`durability::InPlaceWrites`), whichever way the step ends.
-struct InPlace<'a> {
-    inner: &'a Inner,
+/// `I` is how it holds the engine: borrowed in a write step, owned in a
+/// [`WritePlan`](super::WritePlan).
+pub(super) struct InPlace<I: Deref<Target = Inner>> {
+    inner: I,
 }
 
-impl<'a> InPlace<'a> {
-    fn begin(inner: &'a Inner, st: &mut State) -> InPlace<'a> {
+impl<I: Deref<Target = Inner>> InPlace<I> {
+    pub(super) fn begin(inner: I, st: &mut State) -> InPlace<I> {
         st.in_place.begin();
         InPlace { inner }
     }
 }
 
-impl Drop for InPlace<'_> {
+impl<I: Deref<Target = Inner>> Drop for InPlace<I> {
     fn drop(&mut self) {
         self.inner.state.lock().in_place.end();
     }
@@ -488,13 +491,31 @@ fn write_blocks(
         meta::put_chunk(inner, &mut st, chunk)?;
         return Err(err.into());
     }
+    let seq = record_blocks(inner, chunk, target, other, b, cnt, crcs)?;
+    Ok(Step::Done(cnt, seq))
+}
+
+/// After `cnt` blocks at block `b` of `target` reached the device (under the chunk's write
+/// lock, from [`write_blocks`] or a [`WritePlan`](super::WritePlan) the caller wrote): their
+/// record (the blocks become valid there and invalid in `other`), unless the overwrite needs
+/// none; then free what the write emptied. Returns the sequence number of the last record
+/// the write must see in the log before it is acknowledged.
+pub(super) fn record_blocks(
+    inner: &Inner,
+    chunk: ChunkId,
+    target: ZoneId,
+    other: Option<ZoneId>,
+    b: u32,
+    cnt: u32,
+    crcs: Vec<u32>,
+) -> Result<u64, EngineError> {
     let mut st = inner.state.lock();
     if st
         .meta
         .overwrite_needs_no_record(&*inner.dev, target, b, cnt)?
     {
         inner.stats.unlogged.fetch_add(1, Ordering::Relaxed);
-        return Ok(Step::Done(cnt, st.meta.last_record_seq()));
+        return Ok(st.meta.last_record_seq());
     }
     if st.meta.zone(target).seq {
         st.meta.set_wp(target, b + cnt);
@@ -510,8 +531,7 @@ fn write_blocks(
         }
     }
     let seq = meta::written(inner, &mut st, target, b, other, crcs)?;
-    let seq = meta::put_chunk(inner, &mut st, chunk)?.unwrap_or(seq);
-    Ok(Step::Done(cnt, seq))
+    Ok(meta::put_chunk(inner, &mut st, chunk)?.unwrap_or(seq))
 }
 
 /// A retired zone the chunk holds nothing valid in (it was just taken) leaves the chunk, so
