@@ -160,6 +160,12 @@ impl Pool {
         }
     }
 
+    /// Whether jobs of `key` are queued or running (including what their batch deferred).
+    /// A moment's answer: a job queued on another thread right after may make it stale.
+    pub fn has_work(&self, key: u64) -> bool {
+        self.inner.works.has(key)
+    }
+
     /// A snapshot of the counters.
     pub fn stats(&self) -> PoolStats {
         let inner = &self.inner;

@@ -156,6 +156,11 @@ impl Works {
         }
     }
 
+    /// Whether `key` has jobs queued or running (its batch's deferred jobs included).
+    pub(crate) fn has(&self, key: u64) -> bool {
+        self.shard(key).lock().contains_key(&key)
+    }
+
     /// Works queued or running right now.
     pub(crate) fn live(&self) -> usize {
         self.live.load(Ordering::SeqCst)
@@ -179,7 +184,9 @@ mod tests {
     #[test]
     fn state_machine_retires_and_requeues() {
         let w = Works::new();
+        assert!(!w.has(7));
         assert!(w.append(7, Box::new(|| {})), "idle -> queued schedules");
+        assert!(w.has(7) && !w.has(8), "queued");
         assert!(
             !w.append(7, Box::new(|| {})),
             "queued work is not scheduled twice"
@@ -191,7 +198,9 @@ mod tests {
         );
         assert!(w.finish(7), "running+requeue goes back on a run queue");
         assert_eq!(w.begin(7).len(), 1);
+        assert!(w.has(7), "running");
         assert!(!w.finish(7), "drained work retires");
+        assert!(!w.has(7), "retired");
         assert_eq!(w.live(), 0);
         assert!(w.append(7, Box::new(|| {})), "retired work starts over");
     }
