@@ -255,6 +255,9 @@ impl Dispatch for PoolDispatch {
             job()
         }
     }
+    fn has_work(&self, key: u64) -> bool {
+        self.pool.has_work(key)
+    }
 }
 
 /// A pool batch's writes share their log write (docs/design.md, "Commit and crash ordering")
@@ -383,6 +386,15 @@ impl BlockTarget for EngineTarget {
             guard: Box::new(EnginePlan(plan)),
         })
     }
+    fn plan_write(&self, offset: u64, len: u64) -> Option<frontend::WritePlan> {
+        // Only where the queue rings' fixed file (the read source) may write those zones.
+        let src = self.0.read_source().filter(|s| s.conv_writes)?;
+        let plan = self.0.plan_write(offset, len)?;
+        Some(frontend::WritePlan {
+            device_offset: src.base + plan.device_offset(),
+            guard: Box::new(EngineWritePlan(plan)),
+        })
+    }
 }
 
 /// The engine's plan as the frontend's guard: it holds the chunk's read lock.
@@ -394,6 +406,16 @@ impl frontend::PlanGuard for EnginePlan {
     }
 }
 
+/// The engine's write plan as the frontend's guard: it holds the chunk's write lock.
+struct EngineWritePlan(dmz::engine::WritePlan);
+
+impl frontend::WriteGuard for EngineWritePlan {
+    fn complete(self: Box<Self>, data: &[u8]) -> Result<frontend::SyncToken, i32> {
+        let w = self.0.complete(data).map_err(errno)?;
+        Ok(frontend::SyncToken(w.into_raw()))
+    }
+}
+
 /// Hop-free reads (docs/design.md, "The read path") are on unless the daemon's environment
 /// has `ZONEDD_HOP_FREE_READS=0`: the switch back to reads through the pool, for
 /// comparisons and as a way out.
@@ -401,6 +423,15 @@ fn hop_free_reads() -> bool {
     env_switch(
         "ZONEDD_HOP_FREE_READS",
         "hop-free reads off: every read goes through the pool",
+    )
+}
+
+/// Hop-free writes (docs/design.md, "Hop-free writes") are on unless the daemon's
+/// environment has `ZONEDD_HOP_FREE_WRITES=0`: every write then goes through the pool.
+fn hop_free_writes() -> bool {
+    env_switch(
+        "ZONEDD_HOP_FREE_WRITES",
+        "hop-free writes off: every write goes through the pool",
     )
 }
 
@@ -540,6 +571,7 @@ fn daemon_body(
         }),
         stats: io_stats.clone(),
         hop_free_reads: hop_free_reads(),
+        hop_free_writes: hop_free_writes(),
     });
     let engine_stats = opened.stats;
     let reclaim = opened.reclaim;
@@ -722,6 +754,7 @@ mod tests {
             dispatch: dispatch.clone(),
             stats: Arc::new(IoStats::default()),
             hop_free_reads: false,
+            hop_free_writes: false,
         });
         // Chunk 0 written whole first: the 8 writes below, in whatever order their threads
         // queue them, are overwrites in place in its buffer zone (no zone emptied, no flush).

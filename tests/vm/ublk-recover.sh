@@ -2,12 +2,14 @@
 # Daemon crash and user recovery: while `fio --verify=crc32c` writes to /dev/ublkbN, the
 # daemon is killed with SIGKILL; the device must stay (QUIESCED) with the job's I/O waiting,
 # `zonedd recover ID` re-attaches a new daemon to the same /dev/ublkbN, and the job must
-# finish and verify every block it wrote. Repeated at several moments into the job, then
-# a written pattern must survive kill + recover. While the device is quiesced, a plain
-# `create` on its backend (also with --format) is refused with exit 2 and the hint to run
-# `zonedd recover ID` (docs/bad-input.md), and the pattern is still intact after recovery.
-# Then one round of what systemd does (kill -9, `create --foreground --recover-if-present`,
-# `delete --backend`): every daemon, recovered or fresh, exits with status 0 when deleted.
+# finish and verify every block it wrote. Repeated at several moments into the job; then
+# random writes, many of them hop-free (written on the queue threads' own rings), must all
+# be there after kill -9 + recover; then a written pattern must survive kill + recover.
+# While the device is quiesced, a plain `create` on its backend (also with --format) is
+# refused with exit 2 and the hint to run `zonedd recover ID` (docs/bad-input.md), and the
+# pattern is still intact after recovery. Then one round of what systemd does (kill -9,
+# `create --foreground --recover-if-present`, `delete --backend`): every daemon, recovered
+# or fresh, exits with status 0 when deleted.
 # Backend: the engine on an emulated image (or $ZONEDD_VM_RECOVER_BACKEND).
 # vm-timeout: 900
 set -euo pipefail
@@ -88,6 +90,36 @@ for delay in 1 3; do
     grep -E "err= *0" "$VM_SCRATCH/fio.$delay" >/dev/null || vm_fail "fio reported errors"
     echo "ok: fio verified after kill at ${delay}s (new daemon pid $(field "$id" pid))"
 done
+
+vm_step "hop-free writes (made on the queue threads' own rings) survive kill -9"
+# 4 KiB random writes into two fresh chunks: each chunk's first write maps a conventional
+# zone on the pool; the writes after it that need nothing first are planned by the engine,
+# written by the queue thread and acknowledged once their log record is written.
+fio --name=hopfree --filename="$bdev" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
+    --iodepth=16 --offset=200M --size=16M --randseed=11 --verify=crc32c --do_verify=0 \
+    --eta=never --output="$VM_SCRATCH/fio.hopfree" || {
+    cat "$VM_SCRATCH/fio.hopfree"
+    vm_fail "hop-free writes: fio failed"
+}
+counts=$("$Z" status "$id" --json | python3 -c 'import json,sys
+f = json.load(sys.stdin)["frontend"]
+print(f["hop_free_writes"], f["writes"], f["hop_free_write_retries"])')
+read -r hop writes retries <<<"$counts"
+echo "writes hop-free: $hop of $writes, retried on the pool: $retries"
+[ "$hop" -gt 0 ] || vm_fail "no write went hop-free"
+[ "$retries" = 0 ] || vm_fail "$retries hop-free writes failed and were retried"
+kill -9 "$(field "$id" pid)"
+wait_state "$id" quiesced
+RUST_LOG=${RUST_LOG:-info} "$Z" recover "$id"
+wait_state "$id" live
+fio --name=hopfree --filename="$bdev" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
+    --iodepth=16 --offset=200M --size=16M --randseed=11 --verify=crc32c --verify_only \
+    --verify_fatal=1 --eta=never --output="$VM_SCRATCH/fio.hopfree-verify" || {
+    cat "$VM_SCRATCH/fio.hopfree-verify"
+    diagnose
+    vm_fail "hop-free writes: data differs after kill -9 and recover"
+}
+echo "ok: 16 MiB of random 4 KiB writes, $hop hop-free, verified after kill -9 + recover"
 
 vm_step "a written pattern survives kill + create --recover-if-present (the systemd restart path)"
 head -c $((4 << 20)) /dev/urandom >"$VM_SCRATCH/pattern"

@@ -49,7 +49,8 @@ impl Served {
         match self {
             Served::Block(s) => {
                 // The target keeps the fd open while it lives, and it outlives the queues.
-                let read_fd = s.hop_free_reads.then(|| s.target.read_fd()).flatten();
+                let hop_free = s.hop_free_reads || s.hop_free_writes;
+                let read_fd = hop_free.then(|| s.target.read_fd()).flatten();
                 set_params(dev, self.capacity(), s.target.chunk_size(), depth, read_fd)
             }
             Served::Zoned(z) => set_zoned_params(dev, z, depth),
@@ -120,7 +121,8 @@ pub fn device_info(id: u32) -> Result<(u16, Option<Value>, Option<String>), Fron
 
 /// Device parameters: 4 KiB blocks, volatile cache with FUA (so the kernel sends FLUSH and
 /// FUA), chunk_sectors = chunk size, discard / write-zeroes up to one chunk. `read_fd`:
-/// the target's fd for hop-free reads, registered as the queue rings' fixed file 1.
+/// the target's fd for hop-free reads and writes, registered as the queue rings' fixed
+/// file 1.
 fn set_params(dev: &mut UblkDev, capacity: u64, chunk: u64, depth: u16, read_fd: Option<RawFd>) {
     basic_params(dev, capacity);
     let p = &mut dev.tgt.params;

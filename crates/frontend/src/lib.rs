@@ -40,7 +40,10 @@ pub use raw_file::RawFileTarget;
 /// one worker at a time; calls for different chunks run concurrently. Planned reads
 /// ([`BlockTarget::plan_read`]) are the exception: a queue thread plans and reads them
 /// itself, concurrently with the pool's calls for the same chunk (a read in flight with a
-/// write of the same blocks may see either data, as on any disk).
+/// write of the same blocks may see either data, as on any disk). Planned writes
+/// ([`BlockTarget::plan_write`]) too, but only for a chunk with no work queued or running
+/// on the pool ([`Dispatch::has_work`]), so they never overtake an earlier request of their
+/// chunk.
 pub trait BlockTarget: Send + Sync {
     fn capacity(&self) -> u64;
     /// Requests never cross a multiple of this (the frontend splits them).
@@ -83,6 +86,17 @@ pub trait BlockTarget: Send + Sync {
         let _ = (offset, len);
         None
     }
+
+    /// Plan a write of `[offset, offset + len)` (inside one chunk, not FUA) without
+    /// blocking: where its data goes on [`BlockTarget::read_fd`] (which must then be
+    /// writable there), with a guard that keeps the chunk for this write alone until it is
+    /// completed or dropped. `None` whenever the write needs anything first (a zone, a log
+    /// write ahead of the data, a flush): the frontend then queues it on the pool. Called on
+    /// a queue thread, and the plan is completed or dropped there.
+    fn plan_write(&self, offset: u64, len: u64) -> Option<WritePlan> {
+        let _ = (offset, len);
+        None
+    }
 }
 
 /// What a write from [`BlockTarget::write_unsynced`] still needs, in the target's terms.
@@ -114,6 +128,23 @@ pub trait PlanGuard {
     fn complete(self: Box<Self>);
 }
 
+/// A write a target planned ([`BlockTarget::plan_write`]): the frontend writes the piece's
+/// data at `device_offset` of [`BlockTarget::read_fd`], then calls
+/// [`WriteGuard::complete`] and syncs the token it returns before acknowledging. A plan
+/// dropped without `complete` (the device write failed) records nothing; the frontend then
+/// redoes the write on the pool, which reports the error.
+pub struct WritePlan {
+    pub device_offset: u64,
+    pub guard: Box<dyn WriteGuard>,
+}
+
+/// Held by a [`WritePlan`].
+pub trait WriteGuard {
+    /// `data` (the whole piece) is on the device at the plan's offset: record it. The write
+    /// may be acknowledged once [`BlockTarget::sync`] of the token succeeded.
+    fn complete(self: Box<Self>, data: &[u8]) -> Result<SyncToken, i32>;
+}
+
 /// One unit of work handed to the worker pool.
 pub type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -126,6 +157,13 @@ pub trait Dispatch: Send + Sync {
     /// the key's next batch (`workpool::defer`). Default: at once.
     fn defer(&self, job: Job) {
         job()
+    }
+
+    /// Whether jobs of `key` are queued or running (a planned write of that chunk would
+    /// overtake them). Default: never (jobs run as soon as they are queued).
+    fn has_work(&self, key: u64) -> bool {
+        let _ = key;
+        false
     }
 }
 

@@ -27,10 +27,22 @@
 //! last CQE is in, with no pool hop and no kick. A piece without a plan sends the whole read
 //! to the pool as before, and so does a ring read that fails or comes up short (the pool's
 //! read reports the error). `QueueShared::hop_free_reads` switches it off.
+//!
+//! Writes go the same way when nothing must wait ([`write_hop_free`]): no job of their
+//! chunk is queued or running on the pool ([`Dispatch::has_work`]: a planned write never
+//! overtakes an earlier request of its chunk), and the target plans every piece at once
+//! ([`BlockTarget::plan_write`]: an overwrite in place that needs no zone, no log write
+//! ahead of its data and no flush). The data is written on the ring from the tag's buffer
+//! to the target's fd, each plan is completed (its record appended), and the log is
+//! written up to it on this thread, after one yield to the executor so that the other tags
+//! whose writes completed in the same ring wait append theirs first and share the log
+//! write (group commit across the tags of a queue, and with the pool's writes through the
+//! engine's own group commit). A write that needs anything else, or whose ring write
+//! fails, goes to the pool. `QueueShared::hop_free_writes` switches it off.
 
 use crate::completion::{errno_or_eio, Kicker, TagCompletion};
 use crate::request::{decode, split, Request};
-use crate::{BlockTarget, Dispatch, Job, ReadSegment};
+use crate::{BlockTarget, Dispatch, Job, ReadSegment, WritePlan};
 use io_uring::{opcode, types};
 use libublk::helpers::IoBuf;
 use libublk::io::{UblkDev, UblkQueue};
@@ -62,6 +74,10 @@ pub struct IoStats {
     pub pool_reads: AtomicU64,
     /// Hop-free reads whose device read failed or came up short, redone on the pool.
     pub hop_free_retries: AtomicU64,
+    /// Writes made on the queue thread's own ring (every piece planned by the target).
+    pub hop_free_writes: AtomicU64,
+    /// Hop-free writes whose device write failed or came up short, redone on the pool.
+    pub hop_free_write_retries: AtomicU64,
 }
 
 #[derive(Debug, Serialize)]
@@ -80,6 +96,8 @@ pub struct IoStatsSnapshot {
     pub hop_free_reads: u64,
     pub pool_reads: u64,
     pub hop_free_retries: u64,
+    pub hop_free_writes: u64,
+    pub hop_free_write_retries: u64,
 }
 
 impl IoStats {
@@ -100,6 +118,8 @@ impl IoStats {
             hop_free_reads: g(&self.hop_free_reads),
             pool_reads: g(&self.pool_reads),
             hop_free_retries: g(&self.hop_free_retries),
+            hop_free_writes: g(&self.hop_free_writes),
+            hop_free_write_retries: g(&self.hop_free_write_retries),
         }
     }
     fn count(&self, req: &Request, pieces: u32) {
@@ -137,6 +157,9 @@ pub struct QueueShared {
     /// ([`BlockTarget::plan_read`], [`BlockTarget::read_fd`]); false: every read goes
     /// through the pool, as before hop-free reads.
     pub hop_free_reads: bool,
+    /// Make writes on the queue threads' own rings when nothing must wait
+    /// ([`BlockTarget::plan_write`]); false: every write goes through the pool.
+    pub hop_free_writes: bool,
 }
 
 /// Body of one queue thread (`q_fn` of `run_target`). Returns when the queue is down.
@@ -240,9 +263,9 @@ async fn tag_loop(
     }
 }
 
-/// Reads a queue thread submits itself: on its own ring in the daemon ([`QueueRing`]),
-/// something simpler in tests.
-pub trait RingRead {
+/// Reads and writes a queue thread submits itself: on its own ring in the daemon
+/// ([`QueueRing`]), something simpler in tests.
+pub trait RingIo {
     type Fut: Future<Output = i32>;
     /// Start reading `len` bytes at byte `offset` of the target's read fd into `ptr`; the
     /// future gives the bytes read or a negative errno.
@@ -251,13 +274,20 @@ pub trait RingRead {
     /// `ptr..ptr + len` must stay allocated, and be neither read nor written by anyone
     /// else, until the returned future has completed.
     unsafe fn read(&self, ptr: *mut u8, len: u32, offset: u64) -> Self::Fut;
+    /// Start writing `len` bytes from `ptr` at byte `offset` of the target's fd; the future
+    /// gives the bytes written or a negative errno.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must stay allocated, and not be written by anyone, until the
+    /// returned future has completed.
+    unsafe fn write(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut;
 }
 
 /// The queue thread's own io_uring (libublk's per-thread queue ring), the target's read fd
 /// registered as its fixed file 1.
 pub struct QueueRing<'a, 'q>(&'a UblkQueue<'q>);
 
-impl RingRead for QueueRing<'_, '_> {
+impl RingIo for QueueRing<'_, '_> {
     type Fut = libublk::uring_async::UblkUringOpFuture;
     unsafe fn read(&self, ptr: *mut u8, len: u32, offset: u64) -> Self::Fut {
         let sqe = opcode::Read::new(types::Fixed(1), ptr, len)
@@ -267,14 +297,23 @@ impl RingRead for QueueRing<'_, '_> {
         // at its CQE (libublk marks it a target I/O in user_data).
         self.0.ublk_submit_sqe(sqe)
     }
+    unsafe fn write(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut {
+        let sqe = opcode::Write::new(types::Fixed(1), ptr, len)
+            .offset(offset)
+            .build();
+        self.0.ublk_submit_sqe(sqe)
+    }
 }
 
 /// A ring that is never used (the type for [`execute`], which has none).
 pub enum NoRing {}
 
-impl RingRead for NoRing {
+impl RingIo for NoRing {
     type Fut = std::future::Ready<i32>;
     unsafe fn read(&self, _: *mut u8, _: u32, _: u64) -> Self::Fut {
+        match *self {}
+    }
+    unsafe fn write(&self, _: *const u8, _: u32, _: u64) -> Self::Fut {
         match *self {}
     }
 }
@@ -290,8 +329,9 @@ pub async fn execute(
 }
 
 /// [`execute`], with reads done on `ring` when `shared.hop_free_reads` and the target plans
-/// every piece ([`read_hop_free`]).
-pub async fn execute_with<R: RingRead>(
+/// every piece ([`read_hop_free`]), and writes when `shared.hop_free_writes` and nothing
+/// must wait ([`write_hop_free`]).
+pub async fn execute_with<R: RingIo>(
     req: Request,
     buf: &Arc<IoBuf<u8>>,
     completion: &Arc<TagCompletion>,
@@ -315,14 +355,37 @@ pub async fn execute_with<R: RingRead>(
         (req, ring.filter(|_| shared.hop_free_reads))
     {
         match read_hop_free(ring, offset, len, buf, shared).await {
-            HopFree::Done => {
+            HopFree::Done(result) => {
                 shared.stats.hop_free_reads.fetch_add(1, Ordering::Relaxed);
-                return finish(req, Ok(()), shared);
+                return finish(req, result, shared);
             }
             HopFree::Failed => {
                 shared
                     .stats
                     .hop_free_retries
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            HopFree::NoPlan => {}
+        }
+    }
+    if let (
+        Request::Write {
+            offset,
+            len,
+            fua: false,
+        },
+        Some(ring),
+    ) = (req, ring.filter(|_| shared.hop_free_writes))
+    {
+        match write_hop_free(ring, offset, len, buf, shared).await {
+            HopFree::Done(result) => {
+                shared.stats.hop_free_writes.fetch_add(1, Ordering::Relaxed);
+                return finish(req, result, shared);
+            }
+            HopFree::Failed => {
+                shared
+                    .stats
+                    .hop_free_write_retries
                     .fetch_add(1, Ordering::Relaxed);
             }
             HopFree::NoPlan => {}
@@ -374,14 +437,16 @@ pub async fn execute_with<R: RingRead>(
     finish(req, result, shared)
 }
 
-/// How [`read_hop_free`] went.
+/// How [`read_hop_free`] or [`write_hop_free`] went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum HopFree {
-    /// The buffer holds the data.
-    Done,
-    /// A piece had no plan; nothing was read.
+    /// Done on this thread, with this result for the kernel (a read: the buffer holds the
+    /// data; a write: recorded and synced, or the engine's error after its data landed).
+    Done(Result<(), i32>),
+    /// A piece had no plan; nothing was read or written.
     NoPlan,
-    /// A device read failed or came up short; every read has ended, the plans are dropped.
+    /// A device read or write failed or came up short; every one has ended, the plans are
+    /// dropped (nothing recorded).
     Failed,
 }
 
@@ -391,7 +456,7 @@ enum HopFree {
 /// read has ended, so the zones they name stay put meanwhile; on success they are
 /// completed (the target counts the read), otherwise dropped, and the caller redoes the
 /// read on the pool, which reports a real error (and lets the engine recheck the zone).
-async fn read_hop_free<R: RingRead>(
+async fn read_hop_free<R: RingIo>(
     ring: &R,
     offset: u64,
     len: u64,
@@ -463,7 +528,78 @@ async fn read_hop_free<R: RingRead>(
     for (_, plan) in plans {
         plan.guard.complete();
     }
-    HopFree::Done
+    HopFree::Done(Ok(()))
+}
+
+/// A write without a pool hop (see the module comment): every piece planned at once, for a
+/// chunk with no work on the pool, written on `ring` from the tag's buffer (all in flight
+/// together), then recorded and synced here. The plans' guards keep their chunks for this
+/// write alone until they are completed; a failed ring write drops them uncompleted (the
+/// caller redoes the write on the pool, which reports the error).
+async fn write_hop_free<R: RingIo>(
+    ring: &R,
+    offset: u64,
+    len: u64,
+    buf: &Arc<IoBuf<u8>>,
+    shared: &QueueShared,
+) -> HopFree {
+    let mut plans: Vec<(std::ops::Range<usize>, WritePlan)> = Vec::new();
+    for p in split(offset, len, shared.target.chunk_size()) {
+        if shared.dispatch.has_work(p.chunk) {
+            return HopFree::NoPlan;
+        }
+        let Some(plan) = shared.target.plan_write(p.offset, p.len) else {
+            return HopFree::NoPlan;
+        };
+        let start = p.buf_offset as usize;
+        plans.push((start..start + p.len as usize, plan));
+    }
+    // SAFETY: each range lies inside the buffer (the pieces tile `[0, len)` of the request
+    // and decode checked len <= buffer size); `buf` (the tag's `Arc<IoBuf>`) outlives this
+    // function, every future is awaited below before it returns, and nothing writes the
+    // buffer while the tag's request runs (the kernel filled it before the command).
+    let writes: Vec<_> = plans
+        .iter()
+        .map(|(r, plan)| unsafe {
+            ring.write(
+                buf.as_slice()[r.clone()].as_ptr(),
+                r.len() as u32,
+                plan.device_offset,
+            )
+        })
+        .collect();
+    let mut ok = true;
+    for (write, (r, _)) in writes.into_iter().zip(&plans) {
+        let res = write.await;
+        if res != r.len() as i32 {
+            if ok {
+                tracing::debug!(
+                    "hop-free write of {} bytes: {res}; retrying on the pool",
+                    r.len()
+                );
+            }
+            ok = false;
+        }
+    }
+    if !ok {
+        return HopFree::Failed;
+    }
+    let mut tokens = Vec::with_capacity(plans.len());
+    for (r, plan) in plans {
+        match plan.guard.complete(&buf.as_slice()[r]) {
+            Ok(t) => tokens.push(t),
+            Err(e) => return HopFree::Done(Err(e)),
+        }
+    }
+    // Let the other tags whose writes completed in the same ring wait append their records
+    // first: the first sync below then writes them all, and theirs find it done.
+    smol::future::yield_now().await;
+    for t in tokens {
+        if let Err(e) = shared.target.sync(t) {
+            return HopFree::Done(Err(e));
+        }
+    }
+    HopFree::Done(Ok(()))
 }
 
 /// The result to commit to the kernel: bytes done, or a negative errno.
@@ -500,6 +636,7 @@ mod tests {
             dispatch: d,
             stats: Arc::new(IoStats::default()),
             hop_free_reads: true,
+            hop_free_writes: true,
         }
     }
 
@@ -624,6 +761,7 @@ mod tests {
             dispatch: d.clone(),
             stats: Arc::new(IoStats::default()),
             hop_free_reads: true,
+            hop_free_writes: true,
         });
         let writers: Vec<_> = (0..3u64)
             .map(|i| {
@@ -727,6 +865,7 @@ mod tests {
             dispatch: Arc::new(InlineDispatch),
             stats: Arc::new(IoStats::default()),
             hop_free_reads: true,
+            hop_free_writes: true,
         };
         let c = Arc::new(TagCompletion::new(Arc::new(Kicker::new().unwrap())));
         let buf = Arc::new(IoBuf::<u8>::new(1 << 16));
@@ -853,14 +992,15 @@ mod tests {
         }
     }
 
-    /// "Ring" reads done at once with pread; a read at `fail_at` fails with EIO.
+    /// "Ring" reads and writes done at once with pread and pwrite; one at `fail_at` fails
+    /// with EIO.
     struct PreadRing {
         fd: std::os::fd::RawFd,
         fail_at: Option<u64>,
         reads: std::cell::Cell<u32>,
     }
 
-    impl RingRead for PreadRing {
+    impl RingIo for PreadRing {
         type Fut = std::future::Ready<i32>;
         unsafe fn read(&self, ptr: *mut u8, len: u32, offset: u64) -> Self::Fut {
             self.reads.set(self.reads.get() + 1);
@@ -872,6 +1012,14 @@ mod tests {
             let n = unsafe { libc::pread(self.fd, ptr.cast(), len as usize, offset as i64) };
             std::future::ready(if n < 0 { -libc::EIO } else { n as i32 })
         }
+        unsafe fn write(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut {
+            if self.fail_at == Some(offset) {
+                return std::future::ready(-libc::EIO);
+            }
+            // SAFETY: as for `read`: `ptr..ptr + len` is valid until the future completes.
+            let n = unsafe { libc::pwrite(self.fd, ptr.cast(), len as usize, offset as i64) };
+            std::future::ready(if n < 0 { -libc::EIO } else { n as i32 })
+        }
     }
 
     fn file_shared(t: Arc<FileTarget>, d: Arc<Threads>, hop_free: bool) -> QueueShared {
@@ -880,6 +1028,7 @@ mod tests {
             dispatch: d,
             stats: Arc::new(IoStats::default()),
             hop_free_reads: hop_free,
+            hop_free_writes: hop_free,
         }
     }
 
@@ -959,5 +1108,279 @@ mod tests {
         assert_eq!(ring.reads.get(), 0);
         let s = sh.stats.snapshot();
         assert_eq!((s.hop_free_reads, s.pool_reads), (0, 1));
+    }
+
+    /// A writable file target that plans writes at the same offsets of its file (unless
+    /// `plans` is off) and logs, in order, each plan completed (checking that its data is
+    /// on the file by then), each sync and each pool write.
+    struct WriteFile {
+        file: std::fs::File,
+        _dir: tempfile::TempDir,
+        plans: std::sync::atomic::AtomicBool,
+        log: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl WriteFile {
+        fn new() -> WriteFile {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("data");
+            std::fs::write(&path, vec![0u8; 16 * FT_CHUNK as usize]).unwrap();
+            WriteFile {
+                file: std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .unwrap(),
+                _dir: dir,
+                plans: true.into(),
+                log: Arc::default(),
+            }
+        }
+        fn log(&self) -> Vec<String> {
+            std::mem::take(&mut *self.log.lock().unwrap())
+        }
+        fn at(file: &std::fs::File, offset: u64, len: usize) -> Vec<u8> {
+            use std::os::unix::fs::FileExt;
+            let mut v = vec![0u8; len];
+            file.read_exact_at(&mut v, offset).unwrap();
+            v
+        }
+    }
+
+    struct FileWriteGuard {
+        file: std::fs::File,
+        offset: u64,
+        log: Arc<Mutex<Vec<String>>>,
+    }
+    impl crate::WriteGuard for FileWriteGuard {
+        fn complete(self: Box<Self>, data: &[u8]) -> Result<SyncToken, i32> {
+            assert!(
+                WriteFile::at(&self.file, self.offset, data.len()) == data,
+                "completed before its data was written"
+            );
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("complete {}", self.offset));
+            // 0 is the pool writes' token (they have nothing to sync here).
+            Ok(SyncToken(self.offset + 1))
+        }
+    }
+
+    impl BlockTarget for WriteFile {
+        fn capacity(&self) -> u64 {
+            16 * FT_CHUNK
+        }
+        fn chunk_size(&self) -> u64 {
+            FT_CHUNK
+        }
+        fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), i32> {
+            buf.copy_from_slice(&WriteFile::at(&self.file, offset, buf.len()));
+            Ok(())
+        }
+        fn write(&self, offset: u64, buf: &[u8], _: bool) -> Result<(), i32> {
+            use std::os::unix::fs::FileExt;
+            self.log.lock().unwrap().push(format!("pool {offset}"));
+            self.file.write_all_at(buf, offset).map_err(|_| libc::EIO)
+        }
+        fn sync(&self, t: SyncToken) -> Result<(), i32> {
+            if t.0 != 0 {
+                self.log.lock().unwrap().push(format!("sync {}", t.0 - 1));
+            }
+            Ok(())
+        }
+        fn discard(&self, _: u64, _: u64) -> Result<(), i32> {
+            Ok(())
+        }
+        fn write_zeroes(&self, _: u64, _: u64) -> Result<(), i32> {
+            Ok(())
+        }
+        fn flush(&self) -> Result<(), i32> {
+            Ok(())
+        }
+        fn read_fd(&self) -> Option<std::os::fd::RawFd> {
+            use std::os::fd::AsRawFd;
+            Some(self.file.as_raw_fd())
+        }
+        fn plan_write(&self, offset: u64, len: u64) -> Option<crate::WritePlan> {
+            assert_eq!(
+                offset / FT_CHUNK,
+                (offset + len - 1) / FT_CHUNK,
+                "one chunk"
+            );
+            if !self.plans.load(Ordering::Relaxed) {
+                return None;
+            }
+            Some(crate::WritePlan {
+                device_offset: offset,
+                guard: Box::new(FileWriteGuard {
+                    file: self.file.try_clone().unwrap(),
+                    offset,
+                    log: self.log.clone(),
+                }),
+            })
+        }
+    }
+
+    /// Runs jobs at once and records their keys; says the keys in `busy` have work.
+    struct BusyKeys {
+        busy: Mutex<Vec<u64>>,
+        queued: Mutex<Vec<u64>>,
+    }
+    impl Dispatch for BusyKeys {
+        fn queue(&self, key: u64, job: Job) {
+            self.queued.lock().unwrap().push(key);
+            job()
+        }
+        fn has_work(&self, key: u64) -> bool {
+            self.busy.lock().unwrap().contains(&key)
+        }
+    }
+
+    fn write_setup(hop_free: bool) -> (Arc<WriteFile>, Arc<BusyKeys>, QueueShared, PreadRing) {
+        let t = Arc::new(WriteFile::new());
+        let d = Arc::new(BusyKeys {
+            busy: Mutex::default(),
+            queued: Mutex::default(),
+        });
+        let sh = QueueShared {
+            target: t.clone(),
+            dispatch: d.clone(),
+            stats: Arc::new(IoStats::default()),
+            hop_free_reads: hop_free,
+            hop_free_writes: hop_free,
+        };
+        let ring = PreadRing {
+            fd: t.read_fd().unwrap(),
+            fail_at: None,
+            reads: 0.into(),
+        };
+        (t, d, sh, ring)
+    }
+
+    /// A tag's buffer holding `len` bytes of `fill`.
+    fn filled(fill: u8, len: usize) -> Arc<IoBuf<u8>> {
+        let buf = Arc::new(IoBuf::<u8>::new(len));
+        // SAFETY: `len` bytes, and nothing else uses the buffer yet.
+        unsafe { std::ptr::write_bytes(buf.as_mut_ptr(), fill, len) };
+        buf
+    }
+
+    fn write_via(sh: &QueueShared, ring: &PreadRing, off: u64, len: u64, fill: u8, fua: bool) {
+        let c = Arc::new(TagCompletion::new(Arc::new(Kicker::new().unwrap())));
+        let buf = filled(fill, len as usize);
+        let w = Request::Write {
+            offset: off,
+            len,
+            fua,
+        };
+        assert_eq!(
+            smol::block_on(execute_with(w, &buf, &c, sh, Some(ring))),
+            len as i32
+        );
+    }
+
+    /// Two tags' planned writes (one split at a chunk end) on one queue thread's executor:
+    /// written from their buffers at the planned offsets, completed only then, and synced
+    /// only after both were completed (the yield lets the second append its record before
+    /// the first writes the log), nothing on the pool.
+    #[test]
+    fn planned_writes_go_hop_free_and_share_their_sync() {
+        let (t, d, sh, ring) = write_setup(true);
+        let exe = smol::LocalExecutor::new();
+        let (a, b) = (FT_CHUNK - 4096, 5 * FT_CHUNK + 8192);
+        let tasks: Vec<_> = [(a, 2 * 4096u64, 0xa1u8), (b, 4096, 0xb2)]
+            .into_iter()
+            .map(|(off, len, fill)| {
+                let (sh, ring) = (&sh, &ring);
+                exe.spawn(async move {
+                    let c = Arc::new(TagCompletion::new(Arc::new(Kicker::new().unwrap())));
+                    let buf = filled(fill, len as usize);
+                    let w = Request::Write {
+                        offset: off,
+                        len,
+                        fua: false,
+                    };
+                    execute_with(w, &buf, &c, sh, Some(ring)).await
+                })
+            })
+            .collect();
+        let res = smol::block_on(exe.run(async {
+            let mut v = Vec::new();
+            for task in tasks {
+                v.push(task.await);
+            }
+            v
+        }));
+        assert_eq!(res, [8192, 4096]);
+        assert_eq!(
+            t.log(),
+            [
+                format!("complete {a}"),
+                format!("complete {}", a + 4096),
+                format!("complete {b}"),
+                format!("sync {a}"),
+                format!("sync {}", a + 4096),
+                format!("sync {b}"),
+            ]
+        );
+        assert_eq!(WriteFile::at(&t.file, a, 8192), vec![0xa1; 8192]);
+        assert_eq!(WriteFile::at(&t.file, b, 4096), vec![0xb2; 4096]);
+        let s = sh.stats.snapshot();
+        assert_eq!((s.writes, s.hop_free_writes, s.split_requests), (2, 2, 1));
+        assert!(
+            d.queued.lock().unwrap().is_empty(),
+            "nothing went to the pool"
+        );
+    }
+
+    /// Writes go to the pool when their chunk has work there (they must not overtake it),
+    /// when a piece has no plan, when they are FUA, when hop-free writes are off, and when
+    /// the ring write fails (the plans dropped uncompleted, the pool redoes the write).
+    #[test]
+    fn writes_that_must_wait_go_through_the_pool() {
+        let (t, d, sh, mut ring) = write_setup(true);
+        let queued = |d: &BusyKeys| std::mem::take(&mut *d.queued.lock().unwrap());
+        // Chunk 3 has work on the pool: a write over chunks 2 and 3 waits its turn there.
+        d.busy.lock().unwrap().push(3);
+        write_via(&sh, &ring, 3 * FT_CHUNK - 4096, 8192, 1, false);
+        assert_eq!(queued(&d), [2, 3]);
+        let pool = [
+            format!("pool {}", 3 * FT_CHUNK - 4096),
+            format!("pool {}", 3 * FT_CHUNK),
+        ];
+        assert_eq!(t.log(), pool, "no plan completed, nothing synced here");
+        d.busy.lock().unwrap().clear();
+        // No plan for the write.
+        t.plans.store(false, Ordering::Relaxed);
+        write_via(&sh, &ring, 4096, 4096, 2, false);
+        assert_eq!(t.log(), ["pool 4096"]);
+        t.plans.store(true, Ordering::Relaxed);
+        // FUA: the pool (the engine flushes it).
+        write_via(&sh, &ring, 8192, 4096, 3, true);
+        assert_eq!(t.log(), ["pool 8192"]);
+        // The ring write of the second piece fails.
+        ring.fail_at = Some(7 * FT_CHUNK);
+        write_via(&sh, &ring, 7 * FT_CHUNK - 4096, 8192, 4, false);
+        let pool = [
+            format!("pool {}", 7 * FT_CHUNK - 4096),
+            format!("pool {}", 7 * FT_CHUNK),
+        ];
+        assert_eq!(t.log(), pool);
+        assert_eq!(
+            WriteFile::at(&t.file, 7 * FT_CHUNK - 4096, 8192),
+            vec![4; 8192]
+        );
+        let s = sh.stats.snapshot();
+        assert_eq!(
+            (s.writes, s.hop_free_writes, s.hop_free_write_retries),
+            (4, 0, 1)
+        );
+        // Hop-free writes off.
+        let (t, d, sh, ring) = write_setup(false);
+        write_via(&sh, &ring, 0, 4096, 5, false);
+        assert_eq!(t.log(), ["pool 0"]);
+        assert_eq!(queued(&d), [0]);
+        assert_eq!(WriteFile::at(&t.file, 0, 4096), vec![5; 4096]);
     }
 }
