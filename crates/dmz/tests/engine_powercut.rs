@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::powercut::{run_with, verify, Op};
+use common::powercut::{run_with, verify_upto, Op};
 use common::*;
 use dmz::engine::{Engine, EngineOptions};
 use rand::rngs::StdRng;
@@ -81,14 +81,14 @@ fn cut_and_verify(
     } = cut;
     let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
     dev.cut_power_after_writes(k);
-    let done = match Engine::open(dev.clone(), opts.clone()) {
+    let (done, upto) = match Engine::open(dev.clone(), opts.clone()) {
         Ok(e) => {
             let d = run_with(&e, ops, planned);
             // The device is dead: no consistency check (it reads bitmaps).
             e.crash_for_test();
             d
         }
-        Err(_) => 0,
+        Err(_) => (0, 1),
     };
     let mut rng = StdRng::seed_from_u64(seed * 1_000_003 + k * 7 + pat);
     let keep: Vec<bool> = (0..dev.pending_writes())
@@ -103,7 +103,7 @@ fn cut_and_verify(
     let d2: Arc<dyn ZonedDevice> = dev.clone();
     let e =
         Engine::open(d2, opts.clone()).unwrap_or_else(|err| panic!("{what}: reopen failed: {err}"));
-    verify(&e, ops, done, cap_blocks, &what);
+    verify_upto(&e, ops, done, upto, cap_blocks, &what);
     crash(e);
 }
 
@@ -131,7 +131,7 @@ fn power_cut_at_every_write() {
         let ops = workload(seed, nops, cap_blocks, e.chunk_size() / BS as u64);
         // Odd seeds make their writes the hop-free way where the engine plans them.
         let planned = seed % 2 == 1;
-        assert_eq!(run_with(&e, &ops, planned), ops.len());
+        assert_eq!(run_with(&e, &ops, planned).0, ops.len());
         nr_planned += e.stats().planned_writes;
         crash(e);
         let total = dev.write_count();
@@ -190,12 +190,22 @@ fn power_cut_at_every_write_with_unlogged_overwrites() {
 #[test]
 fn power_cut_at_every_write_with_planned_writes() {
     for direct_sequential in [false, true] {
+        let grouped = || common::powercut::GROUPED_PLANS.load(std::sync::atomic::Ordering::Relaxed);
+        let before = grouped();
         let (points, unlogged, planned) = unlogged_overwrite_cuts(direct_sequential, true);
         eprintln!(
             "planned-write power cuts, direct_sequential {direct_sequential}: {points} points, \
-             {planned} planned writes, {unlogged} unlogged overwrites"
+             {planned} planned writes, {} in flight with others in the runs to the cuts, \
+             {unlogged} unlogged overwrites",
+            grouped() - before
         );
         assert!(planned > 0, "the workload never made a planned write");
+        if !direct_sequential {
+            assert!(
+                grouped() > before,
+                "no two plans were ever in flight together"
+            );
+        }
     }
 }
 
@@ -230,7 +240,7 @@ fn unlogged_overwrite_cuts(direct_sequential: bool, planned: bool) -> (u64, u64,
                 _ => Op::Commit,
             })
             .collect();
-        assert_eq!(run_with(&e, &ops, planned), ops.len());
+        assert_eq!(run_with(&e, &ops, planned).0, ops.len());
         unlogged += e.stats().unlogged_overwrites;
         nr_planned += e.stats().planned_writes;
         crash(e);

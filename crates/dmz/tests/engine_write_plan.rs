@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::*;
 use dmz::engine::{Engine, WritePlan};
-use zbd::{EmulateOptions, Emulated, ZonedDevice};
+use zbd::{EmulateOptions, Emulated, FaultyDevice, ZonedDevice};
 
 const B: u64 = BS as u64;
 
@@ -119,22 +119,30 @@ fn only_writes_that_need_nothing_first_are_planned() {
     close(e);
 }
 
+/// Plans of one chunk are in flight together over different blocks, never over the same
+/// ones, and everything that takes the chunk exclusive (here a write through the pool)
+/// waits until the last of them ends.
 #[test]
-fn a_plan_holds_its_chunk_until_it_ends() {
+fn plans_of_one_chunk_share_it_and_hold_off_the_rest() {
     let e = Arc::new(open(formatted_mem(1024, 16, 6, 2), opts()));
     let chunk = e.chunk_size() / B;
     let at = chunk + 3;
     e.write(at * B, &data(1, at, 1), false).unwrap();
     e.debug_commit().unwrap();
-    // A plan over a block never written, whose data reaches the device but which is
-    // dropped: the block stays unwritten.
-    let plan = e.plan_write((at + 1) * B, B).unwrap();
-    plan.write_for_test(&data(9, at + 1, 1)).unwrap();
+    let p1 = e.plan_write((at + 1) * B, B).unwrap();
+    let p2 = e.plan_write((at + 2) * B, 2 * B).unwrap();
     assert!(
-        e.plan_read(at * B, B).is_none(),
-        "no planned read under a write plan"
+        e.plan_write((at + 3) * B, B).is_none(),
+        "overlaps the second plan"
     );
-    assert!(e.plan_write(at * B, B).is_none(), "one plan per chunk");
+    assert!(
+        e.plan_write(at * B, 2 * B).is_none(),
+        "overlaps the first plan"
+    );
+    // The first plan's data reaches the device, but the plan is dropped: nothing recorded.
+    p1.write_for_test(&data(9, at + 1, 1)).unwrap();
+    let new = data(3, at + 2, 2);
+    p2.write_for_test(&new).unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let t = {
         let (e, done) = (e.clone(), done.clone());
@@ -143,10 +151,13 @@ fn a_plan_holds_its_chunk_until_it_ends() {
             done.store(true, Ordering::SeqCst);
         })
     };
-    // The writer cannot pass the plan: it waits for the chunk lock, which only the drop
-    // below releases (no timing: the flag can only be set after the drop).
+    // The writer cannot pass the plans: it waits for the chunk lock, which only the end of
+    // both releases (no timing: the flag can only be set after that).
     assert!(!done.load(Ordering::SeqCst));
-    drop(plan);
+    drop(p1);
+    assert!(!done.load(Ordering::SeqCst));
+    let w = p2.complete(&new).unwrap();
+    e.sync(w).unwrap();
     t.join().unwrap();
     assert!(done.load(Ordering::SeqCst));
     assert_eq!(read(&e, at, 1), data(2, at, 1));
@@ -155,7 +166,55 @@ fn a_plan_holds_its_chunk_until_it_ends() {
         vec![0u8; BS],
         "a dropped plan records nothing"
     );
+    assert_eq!(read(&e, at + 2, 2), new);
     let e = Arc::try_unwrap(e).ok().unwrap();
+    close(e);
+}
+
+/// Two plans in a proven zone: the first (new blocks: a record) completed and flushed while
+/// the second is in flight. That flush must prove the first one's record: otherwise the
+/// second one's record follows it unflushed, the zone reads as `Unflushed` instead of
+/// "flushed, unproven", and a later overwrite of the first one's block through the pool
+/// skips its proof flush; a power cut that keeps that overwrite's data but not its log
+/// block then fails the first record's CRC check, and the flushed write reads as zeros.
+#[test]
+fn a_flush_while_a_plan_is_in_flight_proves_what_other_plans_recorded() {
+    let dev = Arc::new(FaultyDevice::new(formatted_mem(1024, 16, 6, 2)).unwrap());
+    let e = open(dev.clone(), opts());
+    let chunk = e.chunk_size() / B;
+    let at = chunk + 3;
+    e.write(at * B, &data(1, at, 2), false).unwrap();
+    e.debug_commit().unwrap();
+    let first = data(2, at + 5, 1);
+    let a = e
+        .plan_write((at + 5) * B, B)
+        .expect("new blocks of a proven zone");
+    let b = e
+        .plan_write(at * B, B)
+        .expect("an overwrite in a proven zone");
+    a.write_for_test(&first).unwrap();
+    b.write_for_test(&data(3, at, 1)).unwrap();
+    e.sync(a.complete(&first).unwrap()).unwrap();
+    let proofs = e.stats().proof_flushes;
+    e.flush().unwrap();
+    assert_eq!(
+        e.stats().proof_flushes,
+        proofs + 1,
+        "the flush proved the first plan's record"
+    );
+    e.sync(b.complete(&data(3, at, 1)).unwrap()).unwrap();
+    // An overwrite of the first plan's block through the pool, then a power cut that keeps
+    // only the last write since the flush: that overwrite's data.
+    e.write((at + 5) * B, &data(4, at + 5, 1), false).unwrap();
+    let pending = dev.pending_writes();
+    e.crash_for_test();
+    dev.power_cut(|i| i + 1 == pending).unwrap();
+    let e = open(dev, opts());
+    let got = read(&e, at + 5, 1);
+    assert!(
+        got == first || got == data(4, at + 5, 1),
+        "the flushed planned write is lost"
+    );
     close(e);
 }
 
@@ -203,6 +262,14 @@ fn overwrites_below_a_sequential_write_pointer_are_planned_into_the_buffer() {
         e.plan_write(c * B, 16 * B).is_none(),
         "would empty the data zone"
     );
+    // The data zone holds 15 valid blocks: two plans of 8 could empty it together.
+    let half = e.plan_write(c * B, 8 * B).expect("half the data zone");
+    assert!(
+        e.plan_write((c + 8) * B, 8 * B).is_none(),
+        "with the first plan in flight, could empty the data zone"
+    );
+    drop(half);
+    assert!(e.plan_write((c + 8) * B, 8 * B).is_some());
     // The committed buffer block first (an overwrite needing no record), then new blocks
     // of the buffer. The other way round the overwrite would follow an unflushed record
     // of its zone and need its own record ahead of the data: not planned.

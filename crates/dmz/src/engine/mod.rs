@@ -232,6 +232,8 @@ struct State {
     last_io: Instant,
     /// Overwrites in place a flush must know about (`durability::InPlaceWrites`).
     in_place: meta::durability::InPlaceWrites,
+    /// Write plans in flight (`io::PlannedWrites`).
+    planned: io::PlannedWrites,
 }
 
 impl State {
@@ -246,6 +248,7 @@ impl State {
             reclaim_exhausted: false,
             last_io: Instant::now(),
             in_place: Default::default(),
+            planned: Default::default(),
         }
     }
 }

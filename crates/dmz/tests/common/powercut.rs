@@ -23,37 +23,108 @@ pub enum Op {
 
 /// Run ops until one fails; returns how many completed.
 pub fn run(e: &Engine, ops: &[Op]) -> usize {
-    run_with(e, ops, false)
+    run_with(e, ops, false).0
 }
 
-/// [`run`]; with `planned`, each write the engine plans ([`Engine::plan_write`]) is put
-/// on the device by the test, as the frontend's queue threads do (see [`write_planned`]).
-pub fn run_with(e: &Engine, ops: &[Op], planned: bool) -> usize {
-    let mut buf = Vec::new();
-    for (i, op) in ops.iter().enumerate() {
-        let r = match *op {
-            Op::Write { start, len, fua } => {
-                buf.resize(len as usize * BS, 0);
-                pattern(i as u64 + 1, start, &mut buf);
-                if planned && !fua {
-                    write_planned(e, start * BS as u64, &buf).map(|_| ())
-                } else {
-                    e.write(start * BS as u64, &buf, fua)
+/// How many plain writes a planned group holds at most.
+const GROUP_WRITES: usize = 4;
+
+/// Planned writes that were in flight with another plan of their group (all threads).
+pub static GROUPED_PLANS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// [`run`]; with `planned`, writes go the hop-free way where the engine plans them, as the
+/// frontend's queue threads make them: consecutive non-FUA writes are planned together
+/// (up to [`GROUP_WRITES`], the flushes among them included), all their data goes to the
+/// device, then in op order each write is completed and synced and each flush run, so
+/// that plans of one chunk are in flight together and flushes run while plans are. Returns
+/// (ops completed, end of the ops in flight when one failed): a group's later writes may
+/// have their data on the device without their record.
+pub fn run_with(e: &Engine, ops: &[Op], planned: bool) -> (usize, usize) {
+    let mut i = 0;
+    while i < ops.len() {
+        if planned {
+            match run_group(e, ops, i) {
+                Ok(0) => {}
+                Ok(n) => {
+                    i += n;
+                    continue;
                 }
+                Err(failed) => return failed,
             }
-            Op::Discard { start, len } => e.discard(start * BS as u64, len * BS as u64),
-            Op::Flush => e.flush(),
-            Op::Commit => e.debug_commit(),
-        };
-        if r.is_err() {
-            return i;
+        }
+        if run_op(e, ops, i).is_err() {
+            return (i, i + 1);
+        }
+        i += 1;
+    }
+    (ops.len(), ops.len())
+}
+
+fn write_data(i: usize, start: u64, len: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; len as usize * BS];
+    pattern(i as u64 + 1, start, &mut buf);
+    buf
+}
+
+fn run_op(e: &Engine, ops: &[Op], i: usize) -> Result<(), EngineError> {
+    match ops[i] {
+        Op::Write { start, len, fua } => {
+            e.write(start * BS as u64, &write_data(i, start, len), fua)
+        }
+        Op::Discard { start, len } => e.discard(start * BS as u64, len * BS as u64),
+        Op::Flush => e.flush(),
+        Op::Commit => e.debug_commit(),
+    }
+}
+
+/// A planned group from op `i` (see [`run_with`]): how many ops it ran (0: the write at
+/// `i` is not planned, or not a plain write), or (completed, in-flight end) when one failed.
+fn run_group(e: &Engine, ops: &[Op], i: usize) -> Result<usize, (usize, usize)> {
+    let mut group = Vec::new();
+    let mut writes = 0;
+    for (j, op) in ops.iter().enumerate().skip(i) {
+        match *op {
+            Op::Write {
+                start,
+                len,
+                fua: false,
+            } if writes < GROUP_WRITES => {
+                let Some(plan) = e.plan_write(start * BS as u64, len * BS as u64) else {
+                    break;
+                };
+                group.push((j, Some((plan, write_data(j, start, len)))));
+                writes += 1;
+            }
+            Op::Flush if writes > 0 => group.push((j, None)),
+            _ => break,
         }
     }
-    ops.len()
+    let end = i + group.len();
+    if writes > 1 {
+        GROUPED_PLANS.fetch_add(writes as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+    for (_, w) in &group {
+        if let Some((plan, data)) = w {
+            plan.write_for_test(data).map_err(|_| (i, end))?;
+        }
+    }
+    for (j, w) in group {
+        let r = match w {
+            Some((plan, data)) => plan.complete(&data).and_then(|u| e.sync(u)),
+            None => e.flush(),
+        };
+        r.map_err(|_| (j, end))?;
+    }
+    Ok(end - i)
 }
 
 /// Check every block after a cut: `done` ops completed, op `done` (if any) was in flight.
 pub fn verify(e: &Engine, ops: &[Op], done: usize, blocks: u64, what: &str) {
+    verify_upto(e, ops, done, done + 1, blocks, what)
+}
+
+/// [`verify`] with the ops `done..upto` in flight (a planned group's, see [`run_with`]).
+pub fn verify_upto(e: &Engine, ops: &[Op], done: usize, upto: usize, blocks: u64, what: &str) {
     let last_sync = ops[..done]
         .iter()
         .rposition(|o| matches!(o, Op::Flush | Op::Write { fua: true, .. }));
@@ -62,7 +133,7 @@ pub fn verify(e: &Engine, ops: &[Op], done: usize, blocks: u64, what: &str) {
         .unwrap_or_else(|err| panic!("{what}: read: {err}"));
     // Per block: the acceptable write ids (0 = zeros).
     let mut versions: Vec<Vec<(usize, u64)>> = vec![vec![(usize::MAX, 0)]; blocks as usize];
-    let upto = (done + 1).min(ops.len());
+    let upto = upto.min(ops.len());
     for (i, op) in ops[..upto].iter().enumerate() {
         let (s, l, id) = match *op {
             Op::Write { start, len, .. } => (start, len, i as u64 + 1),

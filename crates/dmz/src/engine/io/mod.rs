@@ -17,8 +17,8 @@ use super::meta::{self, durability};
 use super::{retired_error, EngineError, Inner, State};
 
 pub(super) use write::{sync, write};
-pub(super) use write_plan::plan_write;
 pub use write_plan::WritePlan;
+pub(super) use write_plan::{plan_write, PlannedWrites};
 
 const B: u64 = BLOCK as u64;
 

@@ -4,7 +4,6 @@
 //! zone), the device write with its record ([`write_blocks`]), the catch-up of out-of-order
 //! streams ([`catch_up`]), and waiting for a free zone ([`wait_free`]).
 
-use std::ops::Deref;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -63,7 +62,7 @@ pub(in crate::engine) fn sync(inner: &Inner, w: Unsynced) -> Result<(), EngineEr
 }
 
 /// What one step of a write did, or what it needs first.
-pub(super) enum Step {
+enum Step {
     /// Blocks written, and the sequence number of the last record the write must see in
     /// the log before it is acknowledged (0: none).
     Done(u32, u64),
@@ -350,20 +349,18 @@ pub(super) fn block_crcs(data: &[u8]) -> Vec<u32> {
 
 /// An overwrite in place of records not yet flushed, counted from its check until its own
 /// record is appended (`durability::InPlaceWrites`), whichever way the step ends.
-/// `I` is how it holds the engine: borrowed in a write step, owned in a
-/// [`WritePlan`](super::WritePlan).
-pub(super) struct InPlace<I: Deref<Target = Inner>> {
-    inner: I,
+struct InPlace<'a> {
+    inner: &'a Inner,
 }
 
-impl<I: Deref<Target = Inner>> InPlace<I> {
-    pub(super) fn begin(inner: I, st: &mut State) -> InPlace<I> {
+impl<'a> InPlace<'a> {
+    fn begin(inner: &'a Inner, st: &mut State) -> InPlace<'a> {
         st.in_place.begin();
         InPlace { inner }
     }
 }
 
-impl<I: Deref<Target = Inner>> Drop for InPlace<I> {
+impl Drop for InPlace<'_> {
     fn drop(&mut self) {
         self.inner.state.lock().in_place.end();
     }

@@ -5,42 +5,101 @@
 //! that needs nothing first: no zone to take, no proof block to write, no record to write
 //! ahead of the data, no earlier invalidation to get into the log, no flush. Every other
 //! write goes through [`super::write`] (docs/design.md, "Hop-free writes").
+//!
+//! Plans of one chunk may be in flight together, as a kernel target submits a chunk's
+//! writes without waiting for each: each holds the chunk lock shared, so that nothing that
+//! takes it exclusive (a write step, a discard, catch-up, reclaim) runs meanwhile, and
+//! [`PlannedWrites`] keeps their ranges apart and the data zone they invalidate from being
+//! emptied by them together.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::lock_api::ArcRwLockWriteGuard;
+use parking_lot::lock_api::ArcRwLockReadGuard;
 use parking_lot::RawRwLock;
 
 use super::super::ids::{ChunkId, ZoneId, IO_BATCH_BLOCKS};
 use super::super::meta::Proof;
 use super::super::{EngineError, Inner, Unsynced};
-use super::write::{block_crcs, record_blocks, InPlace};
+use super::write::{block_crcs, record_blocks};
 use super::{check_range, B};
 
+/// The planned writes in flight (kept in `State`, under its lock): per chunk, the block
+/// ranges `(first, count)` of its plans. No two overlap: a plan's premises (which blocks are
+/// valid, which records they depend on) must hold until its record is appended, and only
+/// another write of the same blocks could change them.
+#[derive(Default)]
+pub(in crate::engine) struct PlannedWrites {
+    ranges: HashMap<ChunkId, Vec<(u32, u32)>>,
+}
+
+impl PlannedWrites {
+    fn overlaps(&self, chunk: ChunkId, b: u32, n: u32) -> bool {
+        self.ranges
+            .get(&chunk)
+            .is_some_and(|v| v.iter().any(|&(s, m)| s < b + n && b < s + m))
+    }
+
+    /// Blocks the chunk's plans cover: at most what they invalidate in its data zone.
+    fn blocks(&self, chunk: ChunkId) -> u32 {
+        self.ranges
+            .get(&chunk)
+            .map_or(0, |v| v.iter().map(|&(_, m)| m).sum())
+    }
+
+    fn add(&mut self, chunk: ChunkId, b: u32, n: u32) {
+        self.ranges.entry(chunk).or_default().push((b, n));
+    }
+
+    fn remove(&mut self, chunk: ChunkId, b: u32, n: u32) {
+        if let Some(v) = self.ranges.get_mut(&chunk) {
+            if let Some(i) = v.iter().position(|&r| r == (b, n)) {
+                v.swap_remove(i);
+            }
+            if v.is_empty() {
+                self.ranges.remove(&chunk);
+            }
+        }
+    }
+}
+
+/// A plan's place in [`PlannedWrites`] and in `durability::InPlaceWrites`, given up (under
+/// the state lock) when the plan is completed, after its record, or dropped.
+struct Slot {
+    inner: Arc<Inner>,
+    chunk: ChunkId,
+    block: u32,
+    n: u32,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut st = self.inner.state.lock();
+        st.in_place.end();
+        st.planned.remove(self.chunk, self.block, self.n);
+    }
+}
+
 /// A write planned by [`crate::engine::Engine::plan_write`]: where its blocks go on the
-/// device, with the chunk's write lock held until the plan is completed or dropped, so that
-/// nothing else writes, reclaims or remaps the chunk meanwhile. The caller writes the data
-/// at [`WritePlan::device_offset`] (through the device's [`zbd::ReadSource`] when its
-/// `conv_writes` allows it) and then calls [`WritePlan::complete`]; a plan dropped without
-/// it (the caller's write failed) records nothing, and the caller redoes the write with
-/// [`crate::engine::Engine::write`], which reports the error. Not `Send` (parking_lot
-/// guards): completed or dropped on the thread that planned it.
+/// device, with the chunk's lock held shared until the plan is completed or dropped, so
+/// that nothing but other plans (of other blocks) and reads touches the chunk meanwhile.
+/// The caller writes the data at [`WritePlan::device_offset`] (through the device's
+/// [`zbd::ReadSource`] when its `conv_writes` allows it) and then calls
+/// [`WritePlan::complete`]; a plan dropped without it (the caller's write failed) records
+/// nothing, and the caller redoes the write with [`crate::engine::Engine::write`], which
+/// reports the error. Not `Send` (parking_lot guards): completed or dropped on the thread
+/// that planned it.
 pub struct WritePlan {
     device_offset: u64,
     len: u64,
-    chunk: ChunkId,
     zone: ZoneId,
     /// The chunk's other zone, whose copies of the blocks the write invalidates.
     other: Option<ZoneId>,
-    block: u32,
-    /// An overwrite of records not flushed yet, counted until its record is appended (see
-    /// `durability::InPlaceWrites`). Declared before the guard: it ends under the chunk lock,
-    /// as in a write step.
-    _in_place: Option<InPlace<Arc<Inner>>>,
-    inner: Arc<Inner>,
-    _guard: ArcRwLockWriteGuard<RawRwLock, ()>,
+    /// Declared before the guard: given up while the chunk lock is still held.
+    slot: Slot,
+    _guard: ArcRwLockReadGuard<RawRwLock, ()>,
 }
 
 impl WritePlan {
@@ -71,15 +130,15 @@ impl WritePlan {
                 data.len()
             )));
         }
-        let inner = &*self.inner;
-        let cnt = (self.len / B) as u32;
+        let s = &self.slot;
+        let inner = &*s.inner;
         let last = record_blocks(
             inner,
-            self.chunk,
+            s.chunk,
             self.zone,
             self.other,
-            self.block,
-            cnt,
+            s.block,
+            s.n,
             block_crcs(data),
         )?;
         let c = &inner.stats;
@@ -97,7 +156,7 @@ impl WritePlan {
     /// caller's own ring does through the device's file).
     #[doc(hidden)]
     pub fn write_for_test(&self, data: &[u8]) -> Result<(), EngineError> {
-        Ok(self.inner.dev_write(data, self.device_offset)?)
+        Ok(self.slot.inner.dev_write(data, self.device_offset)?)
     }
 }
 
@@ -111,9 +170,9 @@ impl std::fmt::Debug for WritePlan {
     }
 }
 
-/// See [`crate::engine::Engine::plan_write`]. Takes the chunk and state locks with `try_`
-/// only, and decides as a write step would (`write::write_step`): a plan only where that
-/// step would write the data in place at once.
+/// See [`crate::engine::Engine::plan_write`]. Takes the chunk lock (shared) and the state
+/// lock with `try_` only, and decides as a write step would (`write::write_step`): a plan
+/// only where that step would write the data in place at once.
 pub(in crate::engine) fn plan_write(
     inner: &Arc<Inner>,
     offset: u64,
@@ -131,19 +190,23 @@ pub(in crate::engine) fn plan_write(
     }
     let chunk = ChunkId((offset / zs) as u32);
     let b = ((offset % zs) / B) as u32;
-    let guard = inner.chunk_lock(chunk).try_write_arc()?;
+    let guard = inner.chunk_lock(chunk).try_read_arc()?;
     let mut st = inner.state.try_lock()?;
+    if st.planned.overlaps(chunk, b, n) {
+        return None;
+    }
     let m = st.meta.mapping(chunk);
     let dz = m.dzone?;
     let dzi = st.meta.zone(dz);
     // As `write::place` does: a conventional data zone in place; below a sequential data
-    // zone's write pointer, the buffer zone in place, invalidating the data zone's copies
-    // (unless the write would empty the data zone: that step flushes first).
+    // zone's write pointer, the buffer zone in place, invalidating the data zone's copies,
+    // unless the write (with the chunk's other plans) could empty the data zone: that step
+    // flushes first.
     let (target, other) = if !dzi.seq {
         (dz, None)
     } else {
         let bz = m.bzone?;
-        if b + n > dzi.wp || dzi.weight <= n {
+        if b + n > dzi.wp || dzi.weight <= st.planned.blocks(chunk) + n {
             return None;
         }
         (bz, Some(dz))
@@ -151,8 +214,8 @@ pub(in crate::engine) fn plan_write(
     if st.meta.zone(target).seq || m.zones().any(|z| st.meta.is_retired(z)) {
         return None;
     }
-    let in_place = match st.meta.proof(target) {
-        Proof::Proven => None,
+    match st.meta.proof(target) {
+        Proof::Proven => {}
         Proof::FlushedUnproven => return None,
         Proof::Unflushed => {
             // A write step would cut at the first validity change, write the record of an
@@ -175,21 +238,28 @@ pub(in crate::engine) fn plan_write(
             if cleared > 0 && !st.meta.log_holds(cleared) {
                 return None;
             }
-            Some(InPlace::begin(inner.clone(), &mut st))
         }
-    };
+    }
+    // Every plan counts as an overwrite in place in flight, a `Proven` one too: another plan
+    // of the zone may append a record while this one is in flight, and a flush meanwhile
+    // must then prove that record, or this one's record would follow it unproven and
+    // hide it from the next write step's proof check (design.md, "Hop-free writes").
+    st.in_place.begin();
+    st.planned.add(chunk, b, n);
     st.last_io = Instant::now();
     st.meta.touch(target);
     drop(st);
     Some(WritePlan {
         device_offset: inner.zone_offset(target, b),
         len,
-        chunk,
         zone: target,
         other,
-        block: b,
-        _in_place: in_place,
-        inner: inner.clone(),
+        slot: Slot {
+            inner: inner.clone(),
+            chunk,
+            block: b,
+            n,
+        },
         _guard: guard,
     })
 }

@@ -127,10 +127,12 @@ impl Meta {
     ///
     /// The zone's last validating record (`ZoneInfo::last_seq`) speaks for the earlier ones:
     /// every record that validates blocks of a conventional zone in place was appended
-    /// after this check (a write step, reclaim's copy into the buffer) found the zone
-    /// `Proven` or `Unflushed`, and a flush that ran meanwhile proved what it flushed
-    /// (`durability::InPlaceWrites`). So an earlier record of the zone is never flushed and
-    /// unproven while the last one is unflushed.
+    /// after this check (a write step, reclaim's copy into the buffer, a write plan) found
+    /// the zone `Proven` or `Unflushed`, and a flush that ran meanwhile proved what it
+    /// flushed (`durability::InPlaceWrites`; write plans count there even for a `Proven`
+    /// zone, since another plan of the zone may append a record while one is in flight).
+    /// So an earlier record of the zone is never flushed and unproven while the last one is
+    /// unflushed.
     pub fn proof(&self, z: ZoneId) -> Proof {
         let ls = self.zones.get(z).last_seq;
         let log = &self.log;
