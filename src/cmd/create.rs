@@ -395,6 +395,23 @@ impl BlockTarget for EngineTarget {
             guard: Box::new(EngineWritePlan(plan)),
         })
     }
+    fn plan_sync(&self, token: frontend::SyncToken) -> Result<frontend::SyncPlan, i32> {
+        // The log sits in conventional zones of the device the read source reads.
+        let Some(src) = self.0.read_source().filter(|s| s.conv_writes) else {
+            return Ok(frontend::SyncPlan::Busy);
+        };
+        let w = dmz::engine::Unsynced::from_raw(token.0);
+        Ok(match self.0.plan_sync(w).map_err(errno)? {
+            dmz::engine::SyncPlan::Done => frontend::SyncPlan::Done,
+            dmz::engine::SyncPlan::Busy => frontend::SyncPlan::Busy,
+            dmz::engine::SyncPlan::Write(log) => {
+                frontend::SyncPlan::Write(Box::new(EngineLogWrite {
+                    log,
+                    base: src.base,
+                }))
+            }
+        })
+    }
 }
 
 /// The engine's plan as the frontend's guard: it holds the chunk's read lock.
@@ -406,7 +423,32 @@ impl frontend::PlanGuard for EnginePlan {
     }
 }
 
-/// The engine's write plan as the frontend's guard: it holds the chunk's write lock.
+/// The engine's log write as the frontend's: it holds the engine's log writer.
+struct EngineLogWrite {
+    log: dmz::engine::LogWrite,
+    /// The read source's offset of device byte 0.
+    base: u64,
+}
+
+impl frontend::LogWriteGuard for EngineLogWrite {
+    fn blocks(&self) -> Vec<(u64, &[u8])> {
+        self.log
+            .blocks()
+            .map(|(off, b)| (self.base + off, b))
+            .collect()
+    }
+    fn complete(self: Box<Self>, result: Result<(), i32>) -> Result<(), i32> {
+        match result {
+            Ok(()) => {
+                self.log.complete();
+                Ok(())
+            }
+            Err(e) => Err(errno(self.log.fail(std::io::Error::from_raw_os_error(e)))),
+        }
+    }
+}
+
+/// The engine's write plan as the frontend's guard: it holds the chunk's lock (shared).
 struct EngineWritePlan(dmz::engine::WritePlan);
 
 impl frontend::WriteGuard for EngineWritePlan {

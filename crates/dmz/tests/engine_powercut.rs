@@ -190,7 +190,7 @@ fn power_cut_at_every_write_with_unlogged_overwrites() {
 #[test]
 fn power_cut_at_every_write_with_planned_writes() {
     for direct_sequential in [false, true] {
-        let grouped = || common::powercut::GROUPED_PLANS.load(std::sync::atomic::Ordering::Relaxed);
+        let grouped = common::powercut::grouped_plans;
         let before = grouped();
         let (points, unlogged, planned) = unlogged_overwrite_cuts(direct_sequential, true);
         eprintln!(

@@ -344,3 +344,48 @@ fn a_daemon_killed_between_a_planned_write_s_data_and_its_record_keeps_what_was_
     }
     assert!(planned >= 3, "only {planned} writes were planned");
 }
+
+/// A log write the caller makes itself (`Engine::plan_sync`, as the frontend's queue
+/// threads do on their rings): one writer at a time (`Busy` meanwhile), the write's
+/// records survive a daemon crash once it is completed, and an abandoned one stops the
+/// engine (the records it took are no longer pending: they must never read as written).
+#[test]
+fn a_log_write_made_by_the_caller_makes_writes_survive_a_crash() {
+    use dmz::engine::SyncPlan;
+    let dev = formatted_mem(1024, 16, 6, 2);
+    let e = open(dev.clone(), opts());
+    let at = e.chunk_size() / B + 7;
+    let w = e
+        .write_unsynced(at * B, &data(1, at, 2), false, &|| {})
+        .unwrap();
+    let SyncPlan::Write(log) = e.plan_sync(w).unwrap() else {
+        panic!("the write's record is not written yet")
+    };
+    assert!(
+        matches!(e.plan_sync(w).unwrap(), SyncPlan::Busy),
+        "one log writer at a time"
+    );
+    assert!(log.blocks().all(|(off, b)| off % B == 0 && b.len() == BS));
+    log.write_for_test().unwrap();
+    log.complete();
+    assert!(matches!(e.plan_sync(w).unwrap(), SyncPlan::Done));
+    crash(e);
+    let e = open(dev, opts());
+    assert_eq!(read(&e, at, 2), data(1, at, 2));
+    close(e);
+
+    let e = open(formatted_mem(1024, 16, 6, 2), opts());
+    let w = e
+        .write_unsynced(at * B, &data(1, at, 1), false, &|| {})
+        .unwrap();
+    let SyncPlan::Write(log) = e.plan_sync(w).unwrap() else {
+        panic!("the write's record is not written yet")
+    };
+    drop(log);
+    assert!(
+        e.sync(w).is_err(),
+        "an abandoned log write stops the engine"
+    );
+    assert!(e.write(at * B, &data(2, at, 1), false).is_err());
+    e.crash_for_test();
+}

@@ -97,6 +97,34 @@ pub trait BlockTarget: Send + Sync {
         let _ = (offset, len);
         None
     }
+
+    /// [`BlockTarget::sync`] without blocking, for a caller that writes the target's log
+    /// itself on its ring (through [`BlockTarget::read_fd`]): `Done` when nothing is left
+    /// to write, the blocks to write, or `Busy` (the default): call
+    /// [`BlockTarget::sync`], which waits for whoever is writing the log.
+    fn plan_sync(&self, token: SyncToken) -> Result<SyncPlan, i32> {
+        let _ = token;
+        Ok(SyncPlan::Busy)
+    }
+}
+
+/// What [`BlockTarget::plan_sync`] found.
+pub enum SyncPlan {
+    Done,
+    Busy,
+    Write(Box<dyn LogWriteGuard>),
+}
+
+/// A log write the frontend makes for the target ([`BlockTarget::plan_sync`]). While it
+/// is in flight the thread that holds it must not call the target's `flush`, `sync` or a
+/// [`WriteGuard::complete`] (they may need the same log writer): the queue threads gate
+/// them behind their log write.
+pub trait LogWriteGuard {
+    /// (byte offset on [`BlockTarget::read_fd`], 4096 bytes) for each block to write.
+    fn blocks(&self) -> Vec<(u64, &[u8])>;
+    /// Every block written (`Ok`), or the errno of one that failed: the write's records
+    /// are then lost and the target fails (the error comes back).
+    fn complete(self: Box<Self>, result: Result<(), i32>) -> Result<(), i32>;
 }
 
 /// What a write from [`BlockTarget::write_unsynced`] still needs, in the target's terms.

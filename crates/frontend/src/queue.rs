@@ -42,7 +42,7 @@
 
 use crate::completion::{errno_or_eio, Kicker, TagCompletion};
 use crate::request::{decode, split, Request};
-use crate::{BlockTarget, Dispatch, Job, ReadSegment, WritePlan};
+use crate::{BlockTarget, Dispatch, Job, ReadSegment, SyncPlan, SyncToken, WritePlan};
 use io_uring::{opcode, types};
 use libublk::helpers::IoBuf;
 use libublk::io::{UblkDev, UblkQueue};
@@ -183,13 +183,15 @@ pub fn run_queue(qid: u16, dev: &UblkDev, shared: Arc<QueueShared>) {
     // device, 0) only if hop-free reads are on and the target has one.
     let hop_free = dev.tgt.nr_fds == 2;
     let exe = Rc::new(smol::LocalExecutor::new());
+    let log_gate = Rc::new(smol::lock::Mutex::new(()));
     let mut tasks = Vec::new();
     for tag in q.tags() {
         let q = q.clone();
         let shared = shared.clone();
         let kicker = kicker.clone();
+        let gate = log_gate.clone();
         tasks.push(exe.spawn(async move {
-            match tag_loop(&q, tag, buf_len, &shared, kicker, hop_free).await {
+            match tag_loop(&q, tag, buf_len, &shared, kicker, hop_free, &gate).await {
                 Err(UblkError::QueueIsDown) | Ok(()) => {}
                 Err(e) => tracing::error!("queue {qid} tag {tag}: {e}"),
             }
@@ -239,8 +241,9 @@ async fn tag_loop(
     shared: &Arc<QueueShared>,
     kicker: Arc<Kicker>,
     hop_free: bool,
+    log_gate: &smol::lock::Mutex<()>,
 ) -> Result<(), UblkError> {
-    let ring = QueueRing(q);
+    let ring = QueueRing { q, log_gate };
     let ring = hop_free.then_some(&ring);
     let buf = Arc::new(IoBuf::<u8>::new(buf_len));
     let completion = Arc::new(TagCompletion::new(kicker));
@@ -281,11 +284,19 @@ pub trait RingIo {
     /// `ptr..ptr + len` must stay allocated, and not be written by anyone, until the
     /// returned future has completed.
     unsafe fn write(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut;
+    /// The queue thread's one gate around the target's log writer: held by a tag while its
+    /// log write is on the ring ([`sync_on_ring`]), taken before anything on this thread
+    /// that may need the log writer (a flush, a blocking sync, a planned write's record),
+    /// which would otherwise wait for this thread's own log write forever.
+    fn log_gate(&self) -> &smol::lock::Mutex<()>;
 }
 
 /// The queue thread's own io_uring (libublk's per-thread queue ring), the target's read fd
-/// registered as its fixed file 1.
-pub struct QueueRing<'a, 'q>(&'a UblkQueue<'q>);
+/// registered as its fixed file 1, and the thread's log gate.
+pub struct QueueRing<'a, 'q> {
+    q: &'a UblkQueue<'q>,
+    log_gate: &'a smol::lock::Mutex<()>,
+}
 
 impl RingIo for QueueRing<'_, '_> {
     type Fut = libublk::uring_async::UblkUringOpFuture;
@@ -295,13 +306,16 @@ impl RingIo for QueueRing<'_, '_> {
             .build();
         // The SQE is queued now and submitted by the queue's event loop; the future wakes
         // at its CQE (libublk marks it a target I/O in user_data).
-        self.0.ublk_submit_sqe(sqe)
+        self.q.ublk_submit_sqe(sqe)
     }
     unsafe fn write(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut {
         let sqe = opcode::Write::new(types::Fixed(1), ptr, len)
             .offset(offset)
             .build();
-        self.0.ublk_submit_sqe(sqe)
+        self.q.ublk_submit_sqe(sqe)
+    }
+    fn log_gate(&self) -> &smol::lock::Mutex<()> {
+        self.log_gate
     }
 }
 
@@ -314,6 +328,9 @@ impl RingIo for NoRing {
         match *self {}
     }
     unsafe fn write(&self, _: *const u8, _: u32, _: u64) -> Self::Fut {
+        match *self {}
+    }
+    fn log_gate(&self) -> &smol::lock::Mutex<()> {
         match *self {}
     }
 }
@@ -348,7 +365,12 @@ pub async fn execute_with<R: RingIo>(
         return 0;
     }
     if req == Request::Flush {
-        // On this thread (see the module comment): no completion, no kick.
+        // On this thread (see the module comment): no completion, no kick; never while
+        // this thread's own log write is in flight (it holds the target's log writer).
+        let _g = match ring {
+            Some(r) => Some(r.log_gate().lock().await),
+            None => None,
+        };
         return finish(req, shared.target.flush(), shared);
     }
     if let (Request::Read { offset, len }, Some(ring)) =
@@ -585,21 +607,75 @@ async fn write_hop_free<R: RingIo>(
         return HopFree::Failed;
     }
     let mut tokens = Vec::with_capacity(plans.len());
-    for (r, plan) in plans {
-        match plan.guard.complete(&buf.as_slice()[r]) {
-            Ok(t) => tokens.push(t),
-            Err(e) => return HopFree::Done(Err(e)),
+    {
+        // A record may commit the log when its half is full, which needs the log writer.
+        let _g = ring.log_gate().lock().await;
+        for (r, plan) in plans {
+            match plan.guard.complete(&buf.as_slice()[r]) {
+                Ok(t) => tokens.push(t),
+                Err(e) => return HopFree::Done(Err(e)),
+            }
         }
     }
     // Let the other tags whose writes completed in the same ring wait append their records
     // first: the first sync below then writes them all, and theirs find it done.
     smol::future::yield_now().await;
     for t in tokens {
-        if let Err(e) = shared.target.sync(t) {
+        if let Err(e) = sync_on_ring(ring, t, shared).await {
             return HopFree::Done(Err(e));
         }
     }
     HopFree::Done(Ok(()))
+}
+
+/// [`BlockTarget::sync`] with the log blocks written on `ring` when the target gives them
+/// ([`BlockTarget::plan_sync`]), so that the queue thread serves other tags while they are
+/// in flight; behind the thread's log gate, held until they are written. When another
+/// thread is writing the log, the blocking sync waits for it.
+async fn sync_on_ring<R: RingIo>(
+    ring: &R,
+    token: SyncToken,
+    shared: &QueueShared,
+) -> Result<(), i32> {
+    let _g = ring.log_gate().lock().await;
+    let log = match shared.target.plan_sync(token)? {
+        SyncPlan::Done => return Ok(()),
+        SyncPlan::Busy => return shared.target.sync(token),
+        SyncPlan::Write(log) => log,
+    };
+    // A 4096-aligned copy of the blocks (the fd may be O_DIRECT).
+    let (buf, offsets) = {
+        let blocks = log.blocks();
+        let buf = IoBuf::<u8>::new(blocks.len().max(1) * 4096);
+        let mut offsets = Vec::with_capacity(blocks.len());
+        for (i, (off, data)) in blocks.into_iter().enumerate() {
+            let n = data.len().min(4096);
+            // SAFETY: block `i` of `buf` (4096 bytes, inside its length) is written from
+            // `data` (at least `n` bytes), and nothing else uses `buf` yet.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), buf.as_mut_ptr().add(i * 4096), n)
+            };
+            offsets.push((off, n));
+        }
+        (buf, offsets)
+    };
+    // SAFETY: each range is a block of `buf`, which lives until every future is awaited
+    // below, and nothing writes it meanwhile.
+    let writes: Vec<_> = offsets
+        .iter()
+        .enumerate()
+        .map(|(i, &(off, n))| unsafe {
+            ring.write(buf.as_slice()[i * 4096..].as_ptr(), n as u32, off)
+        })
+        .collect();
+    let mut result = Ok(());
+    for (write, &(_, n)) in writes.into_iter().zip(&offsets) {
+        let res = write.await;
+        if res != n as i32 && result.is_ok() {
+            result = Err(if res < 0 { -res } else { libc::EIO });
+        }
+    }
+    log.complete(result)
 }
 
 /// The result to commit to the kernel: bytes done, or a negative errno.
@@ -998,6 +1074,7 @@ mod tests {
         fd: std::os::fd::RawFd,
         fail_at: Option<u64>,
         reads: std::cell::Cell<u32>,
+        gate: smol::lock::Mutex<()>,
     }
 
     impl RingIo for PreadRing {
@@ -1019,6 +1096,9 @@ mod tests {
             // SAFETY: as for `read`: `ptr..ptr + len` is valid until the future completes.
             let n = unsafe { libc::pwrite(self.fd, ptr.cast(), len as usize, offset as i64) };
             std::future::ready(if n < 0 { -libc::EIO } else { n as i32 })
+        }
+        fn log_gate(&self) -> &smol::lock::Mutex<()> {
+            &self.gate
         }
     }
 
@@ -1057,6 +1137,7 @@ mod tests {
             fd: t.read_fd().unwrap(),
             fail_at: None,
             reads: 0.into(),
+            gate: Default::default(),
         };
         // Two pieces (a chunk end inside), zero blocks among them.
         read_via(&sh, &t, &ring, FT_CHUNK - 5 * 4096, 12 * 4096);
@@ -1082,6 +1163,7 @@ mod tests {
             fd: t.read_fd().unwrap(),
             fail_at: Some(FT_CHUNK),
             reads: 0.into(),
+            gate: Default::default(),
         };
         read_via(&sh, &t, &ring, FT_CHUNK - 4 * 4096, 8 * 4096);
         let s = sh.stats.snapshot();
@@ -1097,6 +1179,7 @@ mod tests {
             fd: t.read_fd().unwrap(),
             fail_at: None,
             reads: 0.into(),
+            gate: Default::default(),
         };
         read_via(&sh, &t, &ring, 3 * FT_CHUNK, 4096);
         assert_eq!(ring.reads.get(), 0);
@@ -1112,12 +1195,46 @@ mod tests {
 
     /// A writable file target that plans writes at the same offsets of its file (unless
     /// `plans` is off) and logs, in order, each plan completed (checking that its data is
-    /// on the file by then), each sync and each pool write.
+    /// on the file by then), each sync, each pool write, and each log write it has the
+    /// frontend make on its ring (its block at [`LOG_OFF`] names how many records it
+    /// covers; it covers every plan completed so far).
     struct WriteFile {
         file: std::fs::File,
         _dir: tempfile::TempDir,
         plans: std::sync::atomic::AtomicBool,
         log: Arc<Mutex<Vec<String>>>,
+        /// Plans completed and not yet covered by a log write; plans covered.
+        appended: Arc<Mutex<Vec<u64>>>,
+        logged: Arc<Mutex<Vec<u64>>>,
+    }
+
+    /// Where [`WriteFile`]'s log block goes.
+    const LOG_OFF: u64 = 16 * FT_CHUNK - 4096;
+
+    struct FileLog {
+        file: std::fs::File,
+        block: Vec<u8>,
+        covered: Vec<u64>,
+        log: Arc<Mutex<Vec<String>>>,
+        logged: Arc<Mutex<Vec<u64>>>,
+    }
+    impl crate::LogWriteGuard for FileLog {
+        fn blocks(&self) -> Vec<(u64, &[u8])> {
+            vec![(LOG_OFF, &self.block[..])]
+        }
+        fn complete(self: Box<Self>, result: Result<(), i32>) -> Result<(), i32> {
+            result?;
+            assert!(
+                WriteFile::at(&self.file, LOG_OFF, 4096) == self.block,
+                "log write completed before its block was written"
+            );
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("log {:?}", self.covered));
+            self.logged.lock().unwrap().extend(&self.covered);
+            Ok(())
+        }
     }
 
     impl WriteFile {
@@ -1134,6 +1251,8 @@ mod tests {
                 _dir: dir,
                 plans: true.into(),
                 log: Arc::default(),
+                appended: Arc::default(),
+                logged: Arc::default(),
             }
         }
         fn log(&self) -> Vec<String> {
@@ -1151,6 +1270,7 @@ mod tests {
         file: std::fs::File,
         offset: u64,
         log: Arc<Mutex<Vec<String>>>,
+        appended: Arc<Mutex<Vec<u64>>>,
     }
     impl crate::WriteGuard for FileWriteGuard {
         fn complete(self: Box<Self>, data: &[u8]) -> Result<SyncToken, i32> {
@@ -1162,6 +1282,7 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push(format!("complete {}", self.offset));
+            self.appended.lock().unwrap().push(self.offset);
             // 0 is the pool writes' token (they have nothing to sync here).
             Ok(SyncToken(self.offset + 1))
         }
@@ -1196,6 +1317,7 @@ mod tests {
             Ok(())
         }
         fn flush(&self) -> Result<(), i32> {
+            self.log.lock().unwrap().push("flush".into());
             Ok(())
         }
         fn read_fd(&self) -> Option<std::os::fd::RawFd> {
@@ -1217,8 +1339,22 @@ mod tests {
                     file: self.file.try_clone().unwrap(),
                     offset,
                     log: self.log.clone(),
+                    appended: self.appended.clone(),
                 }),
             })
+        }
+        fn plan_sync(&self, t: SyncToken) -> Result<SyncPlan, i32> {
+            if t.0 == 0 || self.logged.lock().unwrap().contains(&(t.0 - 1)) {
+                return Ok(SyncPlan::Done);
+            }
+            let covered = std::mem::take(&mut *self.appended.lock().unwrap());
+            Ok(SyncPlan::Write(Box::new(FileLog {
+                file: self.file.try_clone().unwrap(),
+                block: vec![covered.len() as u8; 4096],
+                covered,
+                log: self.log.clone(),
+                logged: self.logged.clone(),
+            })))
         }
     }
 
@@ -1254,6 +1390,7 @@ mod tests {
             fd: t.read_fd().unwrap(),
             fail_at: None,
             reads: 0.into(),
+            gate: Default::default(),
         };
         (t, d, sh, ring)
     }
@@ -1281,9 +1418,9 @@ mod tests {
     }
 
     /// Two tags' planned writes (one split at a chunk end) on one queue thread's executor:
-    /// written from their buffers at the planned offsets, completed only then, and synced
-    /// only after both were completed (the yield lets the second append its record before
-    /// the first writes the log), nothing on the pool.
+    /// written from their buffers at the planned offsets, completed only then, and their
+    /// log written on the ring once, after both were completed (the yield lets the second
+    /// append its record before the first writes the log), nothing on the pool.
     #[test]
     fn planned_writes_go_hop_free_and_share_their_sync() {
         let (t, d, sh, ring) = write_setup(true);
@@ -1319,11 +1456,11 @@ mod tests {
                 format!("complete {a}"),
                 format!("complete {}", a + 4096),
                 format!("complete {b}"),
-                format!("sync {a}"),
-                format!("sync {}", a + 4096),
-                format!("sync {b}"),
-            ]
+                format!("log [{a}, {}, {b}]", a + 4096),
+            ],
+            "one log write on the ring for every record appended"
         );
+        assert_eq!(WriteFile::at(&t.file, LOG_OFF, 4096), vec![3; 4096]);
         assert_eq!(WriteFile::at(&t.file, a, 8192), vec![0xa1; 8192]);
         assert_eq!(WriteFile::at(&t.file, b, 4096), vec![0xb2; 4096]);
         let s = sh.stats.snapshot();
@@ -1382,5 +1519,91 @@ mod tests {
         assert_eq!(t.log(), ["pool 0"]);
         assert_eq!(queued(&d), [0]);
         assert_eq!(WriteFile::at(&t.file, 0, 4096), vec![5; 4096]);
+    }
+
+    /// [`PreadRing`] whose writes at [`LOG_OFF`] complete only once `release` is set: a log
+    /// write stays in flight while the executor runs other tags.
+    struct HeldLogRing {
+        inner: PreadRing,
+        release: Rc<std::cell::Cell<bool>>,
+    }
+
+    struct Held(Rc<std::cell::Cell<bool>>, i32);
+    impl Future for Held {
+        type Output = i32;
+        fn poll(
+            self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<i32> {
+            if self.0.get() {
+                std::task::Poll::Ready(self.1)
+            } else {
+                // Polled again by the test's executor until released.
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            }
+        }
+    }
+
+    impl RingIo for HeldLogRing {
+        type Fut = Held;
+        unsafe fn read(&self, ptr: *mut u8, len: u32, offset: u64) -> Held {
+            // SAFETY: the caller's guarantee, passed on.
+            Held(
+                Rc::new(true.into()),
+                unsafe { self.inner.read(ptr, len, offset) }.into_inner(),
+            )
+        }
+        unsafe fn write(&self, ptr: *const u8, len: u32, offset: u64) -> Held {
+            // SAFETY: the caller's guarantee, passed on (the write is made at once).
+            let n = unsafe { self.inner.write(ptr, len, offset) }.into_inner();
+            if offset == LOG_OFF {
+                Held(self.release.clone(), n)
+            } else {
+                Held(Rc::new(true.into()), n)
+            }
+        }
+        fn log_gate(&self) -> &smol::lock::Mutex<()> {
+            self.inner.log_gate()
+        }
+    }
+
+    /// A flush on the queue thread waits for that thread's log write on the ring (it holds
+    /// the target's log writer: a flush meanwhile would wait for itself forever).
+    #[test]
+    fn a_flush_waits_for_the_queue_thread_s_own_log_write() {
+        let (t, _d, sh, ring) = write_setup(true);
+        let release = Rc::new(std::cell::Cell::new(false));
+        let ring = HeldLogRing {
+            inner: ring,
+            release: release.clone(),
+        };
+        let c1 = Arc::new(TagCompletion::new(Arc::new(Kicker::new().unwrap())));
+        let c2 = Arc::new(TagCompletion::new(Arc::new(Kicker::new().unwrap())));
+        let buf = filled(7, 4096);
+        let exe = smol::LocalExecutor::new();
+        let w = Request::Write {
+            offset: 4096,
+            len: 4096,
+            fua: false,
+        };
+        let write = exe.spawn(execute_with(w, &buf, &c1, &sh, Some(&ring)));
+        // Run the write until its log write is on the "ring".
+        for _ in 0..100 {
+            exe.try_tick();
+        }
+        assert_eq!(t.log(), ["complete 4096"]);
+        let flush = exe.spawn(execute_with(Request::Flush, &buf, &c2, &sh, Some(&ring)));
+        for _ in 0..100 {
+            exe.try_tick();
+        }
+        assert!(
+            t.log().is_empty(),
+            "flushed while the log write was in flight"
+        );
+        release.set(true);
+        let (w, f) = smol::block_on(exe.run(async { (write.await, flush.await) }));
+        assert_eq!((w, f), (4096, 0));
+        assert_eq!(t.log(), ["log [4096]", "flush"]);
     }
 }

@@ -30,6 +30,7 @@ use meta::durability;
 use meta::{ConvQueue, Meta, Role};
 
 pub use io::{ReadPlan, ReadSegment, WritePlan};
+pub use meta::durability::{LogWrite, SyncPlan};
 pub use reclaim::{ReclaimOptions, VictimPolicy};
 pub use zbd::ReadSource;
 
@@ -281,7 +282,8 @@ struct Inner {
     opts: EngineOptions,
     state: Mutex<State>,
     free_cv: Condvar,
-    log_write: Mutex<()>,
+    /// `Arc`ed so that a [`LogWrite`] can own it while its caller's ring writes the log.
+    log_write: Arc<Mutex<()>>,
     commit_lock: Mutex<()>,
     /// Striped by chunk; `Arc`ed so that a [`ReadPlan`] can own a read guard.
     chunk_locks: Vec<Arc<RwLock<()>>>,
@@ -508,6 +510,14 @@ impl Engine {
         before_wait: &dyn Fn(),
     ) -> Result<Unsynced, EngineError> {
         io::write(&self.inner, offset, buf, fua, before_wait)
+    }
+
+    /// [`Engine::sync`] for a caller that writes the log itself, without blocking: `Done`
+    /// when `w`'s records are written already, `Busy` when another thread is writing the
+    /// log (then [`Engine::sync`] waits for it), else the blocks to write
+    /// ([`LogWrite`], which holds the log writer's lock until it is completed).
+    pub fn plan_sync(&self, w: Unsynced) -> Result<SyncPlan, EngineError> {
+        meta::durability::plan_sync(&self.inner, w.upto)
     }
 
     /// Make a write from [`Engine::write_unsynced`] survive a daemon crash.

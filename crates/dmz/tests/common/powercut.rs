@@ -1,7 +1,7 @@
 //! The power-cut tests' shared model: a workload's operations, running them until the device
 //! dies, and what every block may read back after the cut.
 
-use dmz::engine::{Engine, EngineError};
+use dmz::engine::{Engine, EngineError, SyncPlan, Unsynced};
 
 use super::{block_id, pattern, BS};
 
@@ -29,8 +29,16 @@ pub fn run(e: &Engine, ops: &[Op]) -> usize {
 /// How many plain writes a planned group holds at most.
 const GROUP_WRITES: usize = 4;
 
-/// Planned writes that were in flight with another plan of their group (all threads).
-pub static GROUPED_PLANS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+thread_local! {
+    /// Planned writes that were in flight with another plan of their group, on this
+    /// thread (a test's: tests run side by side).
+    static GROUPED_PLANS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// [`GROUPED_PLANS`] of the calling thread so far.
+pub fn grouped_plans() -> u64 {
+    GROUPED_PLANS.with(|g| g.get())
+}
 
 /// [`run`]; with `planned`, writes go the hop-free way where the engine plans them, as the
 /// frontend's queue threads make them: consecutive non-FUA writes are planned together
@@ -101,7 +109,7 @@ fn run_group(e: &Engine, ops: &[Op], i: usize) -> Result<usize, (usize, usize)> 
     }
     let end = i + group.len();
     if writes > 1 {
-        GROUPED_PLANS.fetch_add(writes as u64, std::sync::atomic::Ordering::Relaxed);
+        GROUPED_PLANS.with(|g| g.set(g.get() + writes as u64));
     }
     for (_, w) in &group {
         if let Some((plan, data)) = w {
@@ -110,7 +118,7 @@ fn run_group(e: &Engine, ops: &[Op], i: usize) -> Result<usize, (usize, usize)> 
     }
     for (j, w) in group {
         let r = match w {
-            Some((plan, data)) => plan.complete(&data).and_then(|u| e.sync(u)),
+            Some((plan, data)) => plan.complete(&data).and_then(|u| sync_planned(e, u)),
             None => e.flush(),
         };
         r.map_err(|_| (j, end))?;
@@ -169,8 +177,24 @@ pub fn write_planned(e: &Engine, offset: u64, buf: &[u8]) -> Result<bool, Engine
     if let Some(plan) = e.plan_write(offset, buf.len() as u64) {
         if plan.write_for_test(buf).is_ok() {
             let w = plan.complete(buf)?;
-            return e.sync(w).map(|()| true);
+            return sync_planned(e, w).map(|()| true);
         }
     }
     e.write(offset, buf, false).map(|()| false)
+}
+
+/// Sync as the frontend's queue threads do: write the log blocks itself where it can
+/// ([`Engine::plan_sync`], through the engine's device here), else [`Engine::sync`].
+pub fn sync_planned(e: &Engine, w: Unsynced) -> Result<(), EngineError> {
+    match e.plan_sync(w)? {
+        SyncPlan::Done => Ok(()),
+        SyncPlan::Busy => e.sync(w),
+        SyncPlan::Write(log) => match log.write_for_test() {
+            Ok(()) => {
+                log.complete();
+                Ok(())
+            }
+            Err(_) => Err(log.fail(std::io::Error::from_raw_os_error(libc::EIO))),
+        },
+    }
 }

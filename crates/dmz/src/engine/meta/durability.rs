@@ -62,6 +62,55 @@ impl InPlaceWrites {
     }
 }
 
+/// Log block images to write: (block number on the device, image).
+type Pending = Vec<(u64, Box<[u8; BLOCK]>)>;
+
+/// What a log write up to a record found, under `log_write`.
+enum Take {
+    /// Written already: (records written below, flushed_seq in the last block).
+    Written(u64, u64),
+    /// These blocks to write; then `next` is written, their last header says `hdr`.
+    Blocks {
+        pending: Pending,
+        next: u64,
+        hdr: u64,
+    },
+}
+
+/// Under `log_write`: the blocks a log write up to record `upto` must write (sealing the
+/// current block when `seal`, even an empty one when `force`), or that it is out already.
+fn take_log(inner: &Inner, upto: u64, seal: bool, force: bool) -> Result<Take, EngineError> {
+    // A log write that failed under this lock dropped the records it had taken, ours
+    // possibly among them: never report them written.
+    inner.check_failed()?;
+    let mut st = inner.state.lock();
+    if !seal && st.meta.log.written_seq >= upto {
+        return Ok(Take::Written(
+            st.meta.log.written_seq,
+            st.meta.log.written_header_flushed,
+        ));
+    }
+    if seal {
+        st.meta.log.seal(force);
+    }
+    Ok(Take::Blocks {
+        pending: st.meta.log.take_pending(),
+        next: st.meta.log.next_seq,
+        hdr: st.meta.log.flushed_seq,
+    })
+}
+
+/// Under `log_write`, once the blocks [`take_log`] gave are on the device.
+fn log_written(inner: &Inner, blocks: usize, next: u64, hdr: u64) -> (u64, u64) {
+    let mut st = inner.state.lock();
+    st.meta.log.written_seq = st.meta.log.written_seq.max(next);
+    if blocks > 0 {
+        st.meta.log.written_header_flushed = hdr;
+        st.meta.log.blocks_written += blocks as u64;
+    }
+    (st.meta.log.written_seq, st.meta.log.written_header_flushed)
+}
+
 /// Write every record appended so far (sealing the current block when `seal`, even an
 /// empty one when `force`). Returns (records written below, flushed_seq in the last block).
 pub(in crate::engine) fn log_sync(
@@ -71,31 +120,125 @@ pub(in crate::engine) fn log_sync(
     force: bool,
 ) -> Result<(u64, u64), EngineError> {
     let _w = inner.log_write.lock();
-    // A log write that failed under this lock dropped the records it had taken, ours
-    // possibly among them: never report them written.
-    inner.check_failed()?;
-    let (pending, next, hdr) = {
-        let mut st = inner.state.lock();
-        if !seal && st.meta.log.written_seq >= upto {
-            return Ok((st.meta.log.written_seq, st.meta.log.written_header_flushed));
+    match take_log(inner, upto, seal, force)? {
+        Take::Written(written, hdr) => Ok((written, hdr)),
+        Take::Blocks { pending, next, hdr } => {
+            write_blocks(inner, &pending)?;
+            Ok(log_written(inner, pending.len(), next, hdr))
         }
-        if seal {
-            st.meta.log.seal(force);
-        }
-        (
-            st.meta.log.take_pending(),
-            st.meta.log.next_seq,
-            st.meta.log.flushed_seq,
-        )
-    };
-    write_blocks(inner, &pending)?;
-    let mut st = inner.state.lock();
-    st.meta.log.written_seq = st.meta.log.written_seq.max(next);
-    if !pending.is_empty() {
-        st.meta.log.written_header_flushed = hdr;
-        st.meta.log.blocks_written += pending.len() as u64;
     }
-    Ok((st.meta.log.written_seq, st.meta.log.written_header_flushed))
+}
+
+/// What [`Engine::plan_sync`](crate::engine::Engine::plan_sync) found.
+#[derive(Debug)]
+pub enum SyncPlan {
+    /// The write's records are in the log already.
+    Done,
+    /// Another thread is writing the log: [`Engine::sync`](crate::engine::Engine::sync)
+    /// waits for it.
+    Busy,
+    /// Write these log blocks, then [`LogWrite::complete`].
+    Write(LogWrite),
+}
+
+/// A log write its caller puts on the device itself (a ublk queue thread, on its own
+/// ring): the blocks [`log_sync`] would write, taken under `log_write`, which the plan
+/// holds until it is completed or failed. Meanwhile the caller's thread must take nothing
+/// that takes `log_write` (a flush, a sync, a write's record when the log half is full
+/// commits): it would wait for itself. Not `Send` (it holds the lock): completed on the
+/// thread that planned it. Dropped unfinished it fails the engine, as a failed log write
+/// does: the records it took are no longer pending.
+pub struct LogWrite {
+    pending: Pending,
+    next: u64,
+    hdr: u64,
+    finished: bool,
+    inner: Arc<Inner>,
+    _w: parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>,
+}
+
+impl LogWrite {
+    /// The blocks to write: (byte offset on the device, without a
+    /// [`zbd::ReadSource`]'s `base`; 4096 bytes), in any order, all before `complete`.
+    pub fn blocks(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+        self.pending
+            .iter()
+            .map(|(b, img)| (b * BLOCK as u64, &img[..]))
+    }
+
+    /// Every block is on the device: the records are written (they survive a daemon
+    /// crash), and `log_write` is released.
+    pub fn complete(mut self) {
+        let bytes = (self.pending.len() * BLOCK) as u64;
+        self.inner
+            .stats
+            .dev_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+        log_written(&self.inner, self.pending.len(), self.next, self.hdr);
+        self.finished = true;
+    }
+
+    /// A block's write failed: the engine stops (further writes fail with EIO), as when
+    /// its own log write fails. Returns the error to report.
+    pub fn fail(mut self, err: std::io::Error) -> EngineError {
+        self.finished = true;
+        let e = EngineError::Meta(format!("log write: {err}"));
+        self.inner.fail(&e);
+        e
+    }
+
+    /// Test hook: write the blocks through the engine's device (what a caller's ring does
+    /// through the device's file).
+    #[doc(hidden)]
+    pub fn write_for_test(&self) -> Result<(), EngineError> {
+        for (off, data) in self.blocks() {
+            self.inner.dev_write(data, off)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LogWrite {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.inner
+                .fail(&EngineError::Meta("a log write was abandoned".into()));
+        }
+    }
+}
+
+impl std::fmt::Debug for LogWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogWrite")
+            .field("blocks", &self.pending.len())
+            .field("next", &self.next)
+            .finish()
+    }
+}
+
+/// See [`Engine::plan_sync`](crate::engine::Engine::plan_sync).
+pub(in crate::engine) fn plan_sync(inner: &Arc<Inner>, upto: u64) -> Result<SyncPlan, EngineError> {
+    if upto == 0 {
+        return Ok(SyncPlan::Done);
+    }
+    let Some(w) = inner.log_write.try_lock_arc() else {
+        return Ok(SyncPlan::Busy);
+    };
+    match take_log(inner, upto, false, false)? {
+        Take::Written(..) => Ok(SyncPlan::Done),
+        Take::Blocks { pending, next, hdr } if pending.is_empty() => {
+            log_written(inner, 0, next, hdr);
+            Ok(SyncPlan::Done)
+        }
+        Take::Blocks { pending, next, hdr } => Ok(SyncPlan::Write(LogWrite {
+            pending,
+            next,
+            hdr,
+            finished: false,
+            inner: inner.clone(),
+            _w: w,
+        })),
+    }
 }
 
 /// Write log block images, merging contiguous blocks that stay within one zone.

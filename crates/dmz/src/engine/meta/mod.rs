@@ -10,7 +10,8 @@
 //! one), the same as docs/design.md "Locking":
 //! 1. a chunk lock (`Inner::chunk_locks`, striped `RwLock`);
 //! 2. `Inner::commit_lock` (one commit at a time);
-//! 3. `Inner::log_write` (one log writer at a time);
+//! 3. `Inner::log_write` (one log writer at a time; a `durability::LogWrite` owns it while a
+//!    queue thread writes the log on its ring);
 //! 4. `Inner::state` (this [`Meta`], the zone-wait bookkeeping and the overwrites in place a
 //!    flush must prove; `free_cv` waits on it);
 //! 5. `Inner::bg` (background thread control; `bg_cv`, `reclaim_cv`, `idle_cv` wait on it);

@@ -56,7 +56,7 @@ pub(in crate::engine) fn load(
         opts,
         state: Mutex::new(State::new(meta)),
         free_cv: Condvar::new(),
-        log_write: Mutex::new(()),
+        log_write: Arc::new(Mutex::new(())),
         commit_lock: Mutex::new(()),
         chunk_locks: (0..nr_locks).map(|_| Arc::new(RwLock::new(()))).collect(),
         stats: Counters::default(),
