@@ -3,14 +3,14 @@
 # with hop-free reads (the default) and with every read through the pool
 # (ZONEDD_HOP_FREE_READS=0), twice each, alternating, then the raw device (the floor), in
 # one boot. One line per run; fio JSON in $OUT (default $VM_SCRATCH). Run it as a scenario:
-#   scripts/vm-test.sh scripts/bench/read-path-guest.sh   (READ_PATH_SECS=N, default 10)
+#   scripts/vm-test.sh scripts/bench/read-path-guest.sh   (ZONEDD_VM_READ_PATH_SECS=N, default 10)
 # vm-timeout: 900
 # vm-memory: 3G
 set -euo pipefail
 source "$(dirname "$0")/../../tests/vm/lib/devices.sh"
 Z=$(zonedd_bin)
 modprobe ublk_drv
-secs=${READ_PATH_SECS:-10}
+secs=${ZONEDD_VM_READ_PATH_SECS:-10}
 out=${OUT:-$VM_SCRATCH}
 mkdir -p "$out"
 nb=$(make_nullb nullb0 1536 64 6)

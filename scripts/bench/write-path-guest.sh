@@ -2,14 +2,15 @@
 # The write path, in one boot on a null_blk zoned device (1.5 GiB, 64 MiB zones, 8
 # conventional), each run on a freshly formatted volume: zonedd with hop-free writes (the
 # default), zonedd with every write through the pool (ZONEDD_HOP_FREE_WRITES=0), and the
-# kernel's dm-zoned on the same format, alternating, WRITE_PATH_ROUNDS rounds (default 2).
+# kernel's dm-zoned on the same format, alternating, ZONEDD_VM_WRITE_PATH_ROUNDS rounds (default 2).
 # Jobs per run:
 #   randwrite: 4 KiB random writes at QD16 over 192 MiB (three chunks: fits the
 #              conventional zones), time-based;
 #   fsync:     4 KiB random writes at QD1, each followed by fsync, over 64 MiB elsewhere.
 # One line per job and run, then zonedd's counters (how many writes went hop-free); fio
 # JSON in $OUT (default $VM_SCRATCH). Run it as a scenario:
-#   scripts/vm-test.sh scripts/bench/write-path-guest.sh   (WRITE_PATH_SECS=N, default 10)
+#   scripts/vm-test.sh scripts/bench/write-path-guest.sh   (ZONEDD_VM_WRITE_PATH_SECS=N, default 10;
+#   only ZONEDD_VM_* variables reach the guest)
 # vm-timeout: 1200
 # vm-memory: 3G
 set -euo pipefail
@@ -17,8 +18,8 @@ source "$(dirname "$0")/../../tests/vm/lib/devices.sh"
 Z=$(zonedd_bin)
 modprobe ublk_drv
 modprobe dm-zoned
-secs=${WRITE_PATH_SECS:-10}
-rounds=${WRITE_PATH_ROUNDS:-2}
+secs=${ZONEDD_VM_WRITE_PATH_SECS:-10}
+rounds=${ZONEDD_VM_WRITE_PATH_ROUNDS:-2}
 out=${OUT:-$VM_SCRATCH}
 mkdir -p "$out"
 nb=$(make_nullb nullb0 1536 64 8)
