@@ -62,6 +62,9 @@ profile fsync --rw=write --bs=4k --iodepth=1 --ioengine=psync --fsync=1 --offset
 profile fsync-floor --rw=write --bs=4k --iodepth=1 --ioengine=psync --fsync=1 --size=64M
 # Reads of never-written chunks: no device I/O, so this is the ublk + pool path alone.
 profile randread --rw=randread --bs=4k --iodepth=16 --ioengine=libaio --size=1024M
+# 4 KiB random writes over three chunks that fit the conventional zones (the hop-free write
+# path: scripts/bench/write-path-guest.sh's randwrite job).
+profile randwrite-conv --rw=randwrite --bs=4k --iodepth=16 --ioengine=libaio --size=192M
 # Sustained random overwrites of 16 full chunks with 4 buffer zones: reclaim-bound.
 profile randwrite --prefill --rw=randwrite --bs=4k --iodepth=16 --ioengine=libaio --size=1024M
 echo "profile: done"

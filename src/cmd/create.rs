@@ -386,12 +386,13 @@ impl BlockTarget for EngineTarget {
             guard: Box::new(EnginePlan(plan)),
         })
     }
-    fn plan_write(&self, offset: u64, len: u64) -> Option<frontend::WritePlan> {
+    fn plan_write(&self, offset: u64, data: &[u8]) -> Option<frontend::WritePlan> {
         // Only where the queue rings' fixed file (the read source) may write those zones.
         let src = self.0.read_source().filter(|s| s.conv_writes)?;
-        let plan = self.0.plan_write(offset, len)?;
+        let plan = self.0.plan_write(offset, data)?;
         Some(frontend::WritePlan {
             device_offset: src.base + plan.device_offset(),
+            sync_first: plan.sync_first().map(|w| frontend::SyncToken(w.into_raw())),
             guard: Box::new(EngineWritePlan(plan)),
         })
     }

@@ -20,6 +20,11 @@ fn data(id: u64, block: u64, n: u64) -> Vec<u8> {
     buf
 }
 
+/// `len` bytes of zeros: the data of a plan only asked about.
+fn zeros(len: u64) -> Vec<u8> {
+    vec![0u8; len as usize]
+}
+
 fn read(e: &Engine, block: u64, n: u64) -> Vec<u8> {
     let mut buf = vec![0u8; (n * B) as usize];
     e.read(block * B, &mut buf).unwrap();
@@ -75,7 +80,7 @@ fn a_planned_write_through_the_read_source_reads_back_and_survives_a_crash() {
     // Overwrite the two valid blocks and write the invalid one after them.
     let new = data(2, at, 3);
     let plan = e
-        .plan_write(at * B, 3 * B)
+        .plan_write(at * B, &new)
         .expect("an overwrite in place is planned");
     write_through_source(&e, plan, &new);
     assert_eq!(read(&e, at, 3), new);
@@ -94,27 +99,37 @@ fn only_writes_that_need_nothing_first_are_planned() {
     let chunk = e.chunk_size() / B;
     let at = 2 * chunk + 10;
     assert!(
-        e.plan_write(at * B, B).is_none(),
+        e.plan_write(at * B, &zeros(B)).is_none(),
         "an unmapped chunk needs a zone"
     );
     e.write(at * B, &data(2, at, 1), false).unwrap();
     // Unflushed records: a new block may be written in place, an overwrite of a valid one
     // needs its record ahead of the data, and a run mixing both is cut by a write step.
-    assert!(e.plan_write((at + 1) * B, B).is_some());
-    assert!(e.plan_write(at * B, B).is_none(), "write-ahead needed");
-    assert!(e.plan_write(at * B, 2 * B).is_none(), "validity changes");
+    assert!(e.plan_write((at + 1) * B, &zeros(B)).is_some());
+    let ahead = e
+        .plan_write(at * B, &data(3, at, 1))
+        .expect("written ahead");
     assert!(
-        e.plan_write((3 * chunk - 1) * B, 2 * B).is_none(),
+        ahead.sync_first().is_some(),
+        "its record goes ahead of the data"
+    );
+    drop(ahead);
+    assert!(
+        e.plan_write(at * B, &zeros(2 * B)).is_none(),
+        "validity changes"
+    );
+    assert!(
+        e.plan_write((3 * chunk - 1) * B, &zeros(2 * B)).is_none(),
         "crosses a chunk end"
     );
     e.flush().unwrap();
     assert!(
-        e.plan_write((at + 1) * B, B).is_none(),
+        e.plan_write((at + 1) * B, &zeros(B)).is_none(),
         "flushed records not proven yet need a proof block first"
     );
     e.debug_commit().unwrap();
-    assert!(e.plan_write(at * B, B).is_some(), "folded: proven");
-    assert!(e.plan_write(at * B, 2 * B).is_some());
+    assert!(e.plan_write(at * B, &zeros(B)).is_some(), "folded: proven");
+    assert!(e.plan_write(at * B, &zeros(2 * B)).is_some());
     assert_eq!(e.stats().planned_writes, 0, "plans dropped record nothing");
     close(e);
 }
@@ -129,19 +144,19 @@ fn plans_of_one_chunk_share_it_and_hold_off_the_rest() {
     let at = chunk + 3;
     e.write(at * B, &data(1, at, 1), false).unwrap();
     e.debug_commit().unwrap();
-    let p1 = e.plan_write((at + 1) * B, B).unwrap();
-    let p2 = e.plan_write((at + 2) * B, 2 * B).unwrap();
+    let new = data(3, at + 2, 2);
+    let p1 = e.plan_write((at + 1) * B, &data(9, at + 1, 1)).unwrap();
+    let p2 = e.plan_write((at + 2) * B, &new).unwrap();
     assert!(
-        e.plan_write((at + 3) * B, B).is_none(),
+        e.plan_write((at + 3) * B, &zeros(B)).is_none(),
         "overlaps the second plan"
     );
     assert!(
-        e.plan_write(at * B, 2 * B).is_none(),
+        e.plan_write(at * B, &zeros(2 * B)).is_none(),
         "overlaps the first plan"
     );
     // The first plan's data reaches the device, but the plan is dropped: nothing recorded.
     p1.write_for_test(&data(9, at + 1, 1)).unwrap();
-    let new = data(3, at + 2, 2);
     p2.write_for_test(&new).unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let t = {
@@ -187,10 +202,10 @@ fn a_flush_while_a_plan_is_in_flight_proves_what_other_plans_recorded() {
     e.debug_commit().unwrap();
     let first = data(2, at + 5, 1);
     let a = e
-        .plan_write((at + 5) * B, B)
+        .plan_write((at + 5) * B, &first)
         .expect("new blocks of a proven zone");
     let b = e
-        .plan_write(at * B, B)
+        .plan_write(at * B, &data(3, at, 1))
         .expect("an overwrite in a proven zone");
     a.write_for_test(&first).unwrap();
     b.write_for_test(&data(3, at, 1)).unwrap();
@@ -227,7 +242,7 @@ fn a_planned_write_of_new_blocks_survives_a_daemon_crash() {
     e.write(at * B, &data(1, at, 1), false).unwrap();
     // Unflushed: the new blocks' record is appended by complete and written by sync.
     let new = data(2, at + 1, 4);
-    let plan = e.plan_write((at + 1) * B, 4 * B).unwrap();
+    let plan = e.plan_write((at + 1) * B, &new).unwrap();
     plan.write_for_test(&new).unwrap();
     let w = plan.complete(&new).unwrap();
     e.sync(w).unwrap();
@@ -250,26 +265,34 @@ fn overwrites_below_a_sequential_write_pointer_are_planned_into_the_buffer() {
     let chunk = e.chunk_size() / B;
     let c = 2 * chunk;
     e.write(c * B, &data(1, c, 16), false).unwrap();
-    assert!(e.plan_write(c * B, B).is_none(), "no buffer zone yet");
+    assert!(
+        e.plan_write(c * B, &zeros(B)).is_none(),
+        "no buffer zone yet"
+    );
     e.write((c + 3) * B, &data(2, c + 3, 1), false).unwrap();
     e.debug_commit().unwrap();
     assert!(
-        e.plan_write((c + 16) * B, B).is_none(),
+        e.plan_write((c + 16) * B, &zeros(B)).is_none(),
         "at the write pointer"
     );
-    assert!(e.plan_write((c + 15) * B, 2 * B).is_none(), "past it");
     assert!(
-        e.plan_write(c * B, 16 * B).is_none(),
+        e.plan_write((c + 15) * B, &zeros(2 * B)).is_none(),
+        "past it"
+    );
+    assert!(
+        e.plan_write(c * B, &zeros(16 * B)).is_none(),
         "would empty the data zone"
     );
     // The data zone holds 15 valid blocks: two plans of 8 could empty it together.
-    let half = e.plan_write(c * B, 8 * B).expect("half the data zone");
+    let half = e
+        .plan_write(c * B, &zeros(8 * B))
+        .expect("half the data zone");
     assert!(
-        e.plan_write((c + 8) * B, 8 * B).is_none(),
+        e.plan_write((c + 8) * B, &zeros(8 * B)).is_none(),
         "with the first plan in flight, could empty the data zone"
     );
     drop(half);
-    assert!(e.plan_write((c + 8) * B, 8 * B).is_some());
+    assert!(e.plan_write((c + 8) * B, &zeros(8 * B)).is_some());
     // The committed buffer block first (an overwrite needing no record), then new blocks
     // of the buffer. The other way round the overwrite would follow an unflushed record
     // of its zone and need its own record ahead of the data: not planned.
@@ -277,8 +300,11 @@ fn overwrites_below_a_sequential_write_pointer_are_planned_into_the_buffer() {
     let new = data(3, c + 5, 2);
     assert!(common::powercut::write_planned(&e, (c + 5) * B, &new).unwrap());
     assert!(
-        e.plan_write((c + 3) * B, B).is_none(),
-        "an overwrite after an unflushed record of its zone needs write-ahead"
+        e.plan_write((c + 3) * B, &data(5, c + 3, 1))
+            .expect("an overwrite after an unflushed record of its zone")
+            .sync_first()
+            .is_some(),
+        "its record goes ahead of the data"
     );
     let mut want = data(1, c, 16);
     want[3 * BS..4 * BS].copy_from_slice(&data(4, c + 3, 1));
@@ -324,7 +350,11 @@ fn a_daemon_killed_between_a_planned_write_s_data_and_its_record_keeps_what_was_
         let new = data(2, at, 4);
         for (b, n) in [(at, 2), (at + 3, 1)] {
             let i = ((b - at) * B) as usize..((b - at + n) * B) as usize;
-            if let Some(plan) = e.plan_write(b * B, n * B) {
+            if let Some(plan) = e.plan_write(b * B, &new[i.clone()]) {
+                // As the frontend does: a record that goes ahead of the data, first.
+                if let Some(w) = plan.sync_first() {
+                    e.sync(w).unwrap();
+                }
                 plan.write_for_test(&new[i]).unwrap();
                 planned += 1;
             }

@@ -87,14 +87,14 @@ pub trait BlockTarget: Send + Sync {
         None
     }
 
-    /// Plan a write of `[offset, offset + len)` (inside one chunk, not FUA) without
-    /// blocking: where its data goes on [`BlockTarget::read_fd`] (which must then be
-    /// writable there), with a guard that keeps the chunk for this write alone until it is
-    /// completed or dropped. `None` whenever the write needs anything first (a zone, a log
-    /// write ahead of the data, a flush): the frontend then queues it on the pool. Called on
-    /// a queue thread, and the plan is completed or dropped there.
-    fn plan_write(&self, offset: u64, len: u64) -> Option<WritePlan> {
-        let _ = (offset, len);
+    /// Plan a write of `data` at `offset` (inside one chunk, not FUA) without blocking:
+    /// where its data goes on [`BlockTarget::read_fd`] (which must then be writable there),
+    /// with a guard that keeps those blocks for this write alone until it is completed or
+    /// dropped, and what to sync before writing the data, if anything. `None` whenever the
+    /// write needs anything else first (a zone, a flush): the frontend then queues it on
+    /// the pool. Called on a queue thread, and the plan is completed or dropped there.
+    fn plan_write(&self, offset: u64, data: &[u8]) -> Option<WritePlan> {
+        let _ = (offset, data);
         None
     }
 
@@ -163,6 +163,9 @@ pub trait PlanGuard {
 /// redoes the write on the pool, which reports the error.
 pub struct WritePlan {
     pub device_offset: u64,
+    /// Sync this ([`BlockTarget::sync`] or [`BlockTarget::plan_sync`]) before writing the
+    /// data: the write's record goes to the target's log ahead of it.
+    pub sync_first: Option<SyncToken>,
     pub guard: Box<dyn WriteGuard>,
 }
 

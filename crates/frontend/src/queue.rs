@@ -570,11 +570,22 @@ async fn write_hop_free<R: RingIo>(
         if shared.dispatch.has_work(p.chunk) {
             return HopFree::NoPlan;
         }
-        let Some(plan) = shared.target.plan_write(p.offset, p.len) else {
+        let start = p.buf_offset as usize;
+        let r = start..start + p.len as usize;
+        let Some(plan) = shared
+            .target
+            .plan_write(p.offset, &buf.as_slice()[r.clone()])
+        else {
             return HopFree::NoPlan;
         };
-        let start = p.buf_offset as usize;
-        plans.push((start..start + p.len as usize, plan));
+        plans.push((r, plan));
+    }
+    // Records that go to the log ahead of their data (overwrites of blocks whose records
+    // are not flushed): written first.
+    for t in plans.iter().filter_map(|(_, plan)| plan.sync_first) {
+        if let Err(e) = sync_on_ring(ring, t, shared).await {
+            return HopFree::Done(Err(e));
+        }
     }
     // SAFETY: each range lies inside the buffer (the pieces tile `[0, len)` of the request
     // and decode checked len <= buffer size); `buf` (the tag's `Arc<IoBuf>`) outlives this
@@ -1206,6 +1217,8 @@ mod tests {
         /// Plans completed and not yet covered by a log write; plans covered.
         appended: Arc<Mutex<Vec<u64>>>,
         logged: Arc<Mutex<Vec<u64>>>,
+        /// Plans have their record appended at planning, to be synced before the data.
+        ahead: std::sync::atomic::AtomicBool,
     }
 
     /// Where [`WriteFile`]'s log block goes.
@@ -1228,10 +1241,15 @@ mod tests {
                 WriteFile::at(&self.file, LOG_OFF, 4096) == self.block,
                 "log write completed before its block was written"
             );
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("log {:?}", self.covered));
+            let before_data: Vec<bool> = self
+                .covered
+                .iter()
+                .map(|&off| WriteFile::at(&self.file, off, 4096) == vec![0u8; 4096])
+                .collect();
+            self.log.lock().unwrap().push(format!(
+                "log {:?}, before their data {before_data:?}",
+                self.covered
+            ));
             self.logged.lock().unwrap().extend(&self.covered);
             Ok(())
         }
@@ -1253,6 +1271,7 @@ mod tests {
                 log: Arc::default(),
                 appended: Arc::default(),
                 logged: Arc::default(),
+                ahead: false.into(),
             }
         }
         fn log(&self) -> Vec<String> {
@@ -1271,6 +1290,7 @@ mod tests {
         offset: u64,
         log: Arc<Mutex<Vec<String>>>,
         appended: Arc<Mutex<Vec<u64>>>,
+        ahead: bool,
     }
     impl crate::WriteGuard for FileWriteGuard {
         fn complete(self: Box<Self>, data: &[u8]) -> Result<SyncToken, i32> {
@@ -1282,7 +1302,9 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push(format!("complete {}", self.offset));
-            self.appended.lock().unwrap().push(self.offset);
+            if !self.ahead {
+                self.appended.lock().unwrap().push(self.offset);
+            }
             // 0 is the pool writes' token (they have nothing to sync here).
             Ok(SyncToken(self.offset + 1))
         }
@@ -1324,7 +1346,8 @@ mod tests {
             use std::os::fd::AsRawFd;
             Some(self.file.as_raw_fd())
         }
-        fn plan_write(&self, offset: u64, len: u64) -> Option<crate::WritePlan> {
+        fn plan_write(&self, offset: u64, data: &[u8]) -> Option<crate::WritePlan> {
+            let len = data.len() as u64;
             assert_eq!(
                 offset / FT_CHUNK,
                 (offset + len - 1) / FT_CHUNK,
@@ -1333,13 +1356,19 @@ mod tests {
             if !self.plans.load(Ordering::Relaxed) {
                 return None;
             }
+            let ahead = self.ahead.load(Ordering::Relaxed);
+            if ahead {
+                self.appended.lock().unwrap().push(offset);
+            }
             Some(crate::WritePlan {
                 device_offset: offset,
+                sync_first: ahead.then_some(SyncToken(offset + 1)),
                 guard: Box::new(FileWriteGuard {
                     file: self.file.try_clone().unwrap(),
                     offset,
                     log: self.log.clone(),
                     appended: self.appended.clone(),
+                    ahead,
                 }),
             })
         }
@@ -1456,7 +1485,10 @@ mod tests {
                 format!("complete {a}"),
                 format!("complete {}", a + 4096),
                 format!("complete {b}"),
-                format!("log [{a}, {}, {b}]", a + 4096),
+                format!(
+                    "log [{a}, {}, {b}], before their data [false, false, false]",
+                    a + 4096
+                ),
             ],
             "one log write on the ring for every record appended"
         );
@@ -1604,6 +1636,21 @@ mod tests {
         release.set(true);
         let (w, f) = smol::block_on(exe.run(async { (write.await, flush.await) }));
         assert_eq!((w, f), (4096, 0));
-        assert_eq!(t.log(), ["log [4096]", "flush"]);
+        assert_eq!(t.log(), ["log [4096], before their data [false]", "flush"]);
+    }
+
+    /// A plan whose record goes ahead of its data: the log is written (on the ring) before
+    /// the data, then the plan completed, and nothing is left to sync after it.
+    #[test]
+    fn a_record_that_goes_ahead_is_logged_before_the_data() {
+        let (t, d, sh, ring) = write_setup(true);
+        t.ahead.store(true, Ordering::Relaxed);
+        write_via(&sh, &ring, 5 * 4096, 4096, 8, false);
+        assert_eq!(
+            t.log(),
+            ["log [20480], before their data [true]", "complete 20480"]
+        );
+        assert_eq!(WriteFile::at(&t.file, 5 * 4096, 4096), vec![8; 4096]);
+        assert!(d.queued.lock().unwrap().is_empty());
     }
 }

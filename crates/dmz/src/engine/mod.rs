@@ -476,15 +476,18 @@ impl Engine {
         io::plan_read(&self.inner, offset, len)
     }
 
-    /// A write of `[offset, offset + len)` (inside one chunk, at most `IO_BATCH_BLOCKS`)
-    /// that the caller may put on the device itself, planned without blocking: an overwrite
-    /// in place of the chunk's conventional data zone that needs nothing before its data
-    /// (docs/design.md, "Hop-free writes"). The plan holds the chunk's write lock until it is
-    /// completed or dropped. `None` whenever that cannot be had at once (any other write
-    /// case, the chunk or state lock taken, a bitmap block not cached, the engine failed):
-    /// [`Engine::write`] then does it. Not for FUA writes.
-    pub fn plan_write(&self, offset: u64, len: u64) -> Option<WritePlan> {
-        io::plan_write(&self.inner, offset, len)
+    /// A write of `data` at `offset` (inside one chunk, at most `IO_BATCH_BLOCKS` blocks)
+    /// that the caller may put on the device itself, planned without blocking: an
+    /// overwrite in place of the chunk's conventional zone that needs nothing before its
+    /// data but, for valid blocks whose records are not flushed, its own record, appended
+    /// here and synced by the caller first ([`WritePlan::sync_first`]) (docs/design.md,
+    /// "Hop-free writes"). The plan holds the chunk's lock shared, and its blocks, until it
+    /// is completed or dropped. `None` whenever that cannot be had at once (any other write
+    /// case, the chunk or state lock taken, blocks of another plan in flight, a bitmap
+    /// block not cached, the engine failed): [`Engine::write`] then does it. Not for FUA
+    /// writes.
+    pub fn plan_write(&self, offset: u64, data: &[u8]) -> Option<WritePlan> {
+        io::plan_write(&self.inner, offset, data)
     }
 
     /// Write, and return once the write survives a daemon crash (its log block written);

@@ -97,10 +97,11 @@ fn run_group(e: &Engine, ops: &[Op], i: usize) -> Result<usize, (usize, usize)> 
                 len,
                 fua: false,
             } if writes < GROUP_WRITES => {
-                let Some(plan) = e.plan_write(start * BS as u64, len * BS as u64) else {
+                let data = write_data(j, start, len);
+                let Some(plan) = e.plan_write(start * BS as u64, &data) else {
                     break;
                 };
-                group.push((j, Some((plan, write_data(j, start, len)))));
+                group.push((j, Some((plan, data))));
                 writes += 1;
             }
             Op::Flush if writes > 0 => group.push((j, None)),
@@ -113,6 +114,9 @@ fn run_group(e: &Engine, ops: &[Op], i: usize) -> Result<usize, (usize, usize)> 
     }
     for (_, w) in &group {
         if let Some((plan, data)) = w {
+            if let Some(first) = plan.sync_first() {
+                sync_planned(e, first).map_err(|_| (i, end))?;
+            }
             plan.write_for_test(data).map_err(|_| (i, end))?;
         }
     }
@@ -174,7 +178,10 @@ pub fn verify_upto(e: &Engine, ops: &[Op], done: usize, upto: usize, blocks: u64
 /// whose device write failed (the plan dropped), goes through [`Engine::write`].
 /// True if the write was planned.
 pub fn write_planned(e: &Engine, offset: u64, buf: &[u8]) -> Result<bool, EngineError> {
-    if let Some(plan) = e.plan_write(offset, buf.len() as u64) {
+    if let Some(plan) = e.plan_write(offset, buf) {
+        if let Some(first) = plan.sync_first() {
+            sync_planned(e, first)?;
+        }
         if plan.write_for_test(buf).is_ok() {
             let w = plan.complete(buf)?;
             return sync_planned(e, w).map(|()| true);

@@ -21,7 +21,7 @@ use parking_lot::lock_api::ArcRwLockReadGuard;
 use parking_lot::RawRwLock;
 
 use super::super::ids::{ChunkId, ZoneId, IO_BATCH_BLOCKS};
-use super::super::meta::Proof;
+use super::super::meta::{self, Proof};
 use super::super::{EngineError, Inner, Unsynced};
 use super::write::{block_crcs, record_blocks};
 use super::{check_range, B};
@@ -97,6 +97,10 @@ pub struct WritePlan {
     zone: ZoneId,
     /// The chunk's other zone, whose copies of the blocks the write invalidates.
     other: Option<ZoneId>,
+    /// The sequence number of the plan's record when it was appended at planning, ahead
+    /// of the data (an overwrite of valid blocks whose records are not flushed: the log
+    /// must hold it before the data goes out, see [`WritePlan::sync_first`]).
+    ahead: Option<u64>,
     /// Declared before the guard: given up while the chunk lock is still held.
     slot: Slot,
     _guard: ArcRwLockReadGuard<RawRwLock, ()>,
@@ -117,6 +121,14 @@ impl WritePlan {
         self.len == 0
     }
 
+    /// What must be synced ([`crate::engine::Engine::sync`] or
+    /// [`crate::engine::Engine::plan_sync`]) *before* the data is written, if anything:
+    /// the plan's own record, appended at planning (as a write step writes an overwrite of
+    /// unflushed valid blocks: design.md, "Overwrites in place and kill -9").
+    pub fn sync_first(&self) -> Option<Unsynced> {
+        self.ahead.map(|seq| Unsynced { upto: seq + 1 })
+    }
+
     /// The caller wrote `data` (the plan's length) at [`WritePlan::device_offset`]: record it
     /// as [`crate::engine::Engine::write_unsynced`] would, then release the chunk. What is
     /// returned must be synced ([`crate::engine::Engine::sync`]) before the write is
@@ -132,15 +144,21 @@ impl WritePlan {
         }
         let s = &self.slot;
         let inner = &*s.inner;
-        let last = record_blocks(
-            inner,
-            s.chunk,
-            self.zone,
-            self.other,
-            s.block,
-            s.n,
-            block_crcs(data),
-        )?;
+        let last = match self.ahead {
+            Some(seq) => {
+                inner.stats.written_ahead.fetch_add(1, Ordering::Relaxed);
+                seq
+            }
+            None => record_blocks(
+                inner,
+                s.chunk,
+                self.zone,
+                self.other,
+                s.block,
+                s.n,
+                block_crcs(data),
+            )?,
+        };
         let c = &inner.stats;
         c.writes.fetch_add(1, Ordering::Relaxed);
         c.write_bytes.fetch_add(self.len, Ordering::Relaxed);
@@ -172,12 +190,14 @@ impl std::fmt::Debug for WritePlan {
 
 /// See [`crate::engine::Engine::plan_write`]. Takes the chunk lock (shared) and the state
 /// lock with `try_` only, and decides as a write step would (`write::write_step`): a plan
-/// only where that step would write the data in place at once.
+/// only where that step would write the data in place, at once or after its record
+/// (`write_ahead`, whose record is appended here).
 pub(in crate::engine) fn plan_write(
     inner: &Arc<Inner>,
     offset: u64,
-    len: u64,
+    data: &[u8],
 ) -> Option<WritePlan> {
+    let len = data.len() as u64;
     check_range(inner, offset, len).ok()?;
     inner.check_failed().ok()?;
     let zs = inner.geo.zone_size;
@@ -214,32 +234,40 @@ pub(in crate::engine) fn plan_write(
     if st.meta.zone(target).seq || m.zones().any(|z| st.meta.is_retired(z)) {
         return None;
     }
+    let mut ahead = false;
     match st.meta.proof(target) {
         Proof::Proven => {}
         Proof::FlushedUnproven => return None,
         Proof::Unflushed => {
-            // A write step would cut at the first validity change, write the record of an
-            // overwrite of valid blocks ahead of the data, or sync the log up to the record
-            // that invalidated the blocks first: all for the pool.
+            // A write step would cut at the first validity change (for the pool), write the
+            // record of an overwrite of valid blocks ahead of the data (so does this plan),
+            // or sync the log up to the record that invalidated the blocks first (for the
+            // pool).
             let bits = st.meta.bits_cached(target, b, n)?;
             let valid = bits[0];
             if bits.count_ones() != if valid { n as usize } else { 0 } {
                 return None;
             }
-            if valid
+            ahead = valid
                 && !st
                     .meta
                     .overwrite_needs_no_record(&*inner.dev, target, b, n)
-                    .ok()?
-            {
-                return None;
-            }
+                    .ok()?;
             let cleared = st.meta.zone(target).last_cleared_seq;
-            if cleared > 0 && !st.meta.log_holds(cleared) {
+            if !ahead && cleared > 0 && !st.meta.log_holds(cleared) {
                 return None;
             }
         }
     }
+    // The record of an overwrite ahead of its data: appended now (its bits change
+    // nothing), unless the log half would have to be committed first (the caller must
+    // not wait).
+    let ahead = if ahead {
+        let crcs = block_crcs(data);
+        Some(meta::written_ahead_if_room(inner, &mut st, target, b, other, crcs).ok()??)
+    } else {
+        None
+    };
     // Every plan counts as an overwrite in place in flight, a `Proven` one too: another plan
     // of the zone may append a record while this one is in flight, and a flush meanwhile
     // must then prove that record, or this one's record would follow it unproven and
@@ -254,6 +282,7 @@ pub(in crate::engine) fn plan_write(
         len,
         zone: target,
         other,
+        ahead,
         slot: Slot {
             inner: inner.clone(),
             chunk,

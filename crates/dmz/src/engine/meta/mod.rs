@@ -410,6 +410,32 @@ pub(super) fn written(
     durability::log_op(inner, st, &[rec.into()])
 }
 
+/// [`written`] for a record that goes to the log ahead of its data (a write plan's
+/// overwrite of blocks whose records are not flushed), from a caller that must not wait
+/// for a commit: `None` when the log half has no room for it (nothing appended).
+pub(super) fn written_ahead_if_room(
+    inner: &Inner,
+    st: &mut MutexGuard<'_, State>,
+    zone: ZoneId,
+    block: u32,
+    other: Option<ZoneId>,
+    crcs: Vec<u32>,
+) -> Result<Option<u64>, EngineError> {
+    let rec: Rec = WriteRec {
+        zone,
+        block,
+        other,
+        crcs,
+    }
+    .into();
+    let mut v = Vec::new();
+    rec.encode(&mut v);
+    if !st.meta.log.has_room(v.len()) {
+        return Ok(None);
+    }
+    durability::log_op(inner, st, &[rec]).map(Some)
+}
+
 /// `count` blocks at `block` of every zone of `map` hold nothing any more.
 pub(super) fn invalidated(
     inner: &Inner,
