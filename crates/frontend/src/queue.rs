@@ -373,45 +373,27 @@ pub async fn execute_with<R: RingIo>(
         };
         return finish(req, shared.target.flush(), shared);
     }
-    if let (Request::Read { offset, len }, Some(ring)) =
-        (req, ring.filter(|_| shared.hop_free_reads))
-    {
-        match read_hop_free(ring, offset, len, buf, shared).await {
-            HopFree::Done(result) => {
-                shared.stats.hop_free_reads.fetch_add(1, Ordering::Relaxed);
-                return finish(req, result, shared);
-            }
-            HopFree::Failed => {
-                shared
-                    .stats
-                    .hop_free_retries
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            HopFree::NoPlan => {}
+    let st = &shared.stats;
+    let hop_free = match (req, ring) {
+        (Request::Read { offset, len }, Some(ring)) if shared.hop_free_reads => {
+            let h = read_hop_free(ring, offset, len, buf, shared).await;
+            h.counted(&st.hop_free_reads, &st.hop_free_retries)
         }
-    }
-    if let (
-        Request::Write {
-            offset,
-            len,
-            fua: false,
-        },
-        Some(ring),
-    ) = (req, ring.filter(|_| shared.hop_free_writes))
-    {
-        match write_hop_free(ring, offset, len, buf, shared).await {
-            HopFree::Done(result) => {
-                shared.stats.hop_free_writes.fetch_add(1, Ordering::Relaxed);
-                return finish(req, result, shared);
-            }
-            HopFree::Failed => {
-                shared
-                    .stats
-                    .hop_free_write_retries
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            HopFree::NoPlan => {}
+        (
+            Request::Write {
+                offset,
+                len,
+                fua: false,
+            },
+            Some(ring),
+        ) if shared.hop_free_writes => {
+            let h = write_hop_free(ring, offset, len, buf, shared).await;
+            h.counted(&st.hop_free_writes, &st.hop_free_write_retries)
         }
+        _ => None,
+    };
+    if let Some(result) = hop_free {
+        return finish(req, result, shared);
     }
     if matches!(req, Request::Read { .. }) {
         shared.stats.pool_reads.fetch_add(1, Ordering::Relaxed);
@@ -470,6 +452,23 @@ enum HopFree {
     /// A device read or write failed or came up short; every one has ended, the plans are
     /// dropped (nothing recorded).
     Failed,
+}
+
+impl HopFree {
+    /// Count how it went (`done` or `retried`); the result for the kernel once done.
+    fn counted(self, done: &AtomicU64, retried: &AtomicU64) -> Option<Result<(), i32>> {
+        match self {
+            HopFree::Done(result) => {
+                done.fetch_add(1, Ordering::Relaxed);
+                Some(result)
+            }
+            HopFree::Failed => {
+                retried.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            HopFree::NoPlan => None,
+        }
+    }
 }
 
 /// A read without a pool hop: the target plans every piece at once (`plan_read` never
@@ -581,7 +580,11 @@ async fn write_hop_free<R: RingIo>(
         plans.push((r, plan));
     }
     // Records that go to the log ahead of their data (overwrites of blocks whose records
-    // are not flushed): written first.
+    // are not flushed): written first, after one yield so that the other tags of the same
+    // ring wait plan theirs and share that log write.
+    if plans.iter().any(|(_, plan)| plan.sync_first.is_some()) {
+        smol::future::yield_now().await;
+    }
     for t in plans.iter().filter_map(|(_, plan)| plan.sync_first) {
         if let Err(e) = sync_on_ring(ring, t, shared).await {
             return HopFree::Done(Err(e));

@@ -401,13 +401,17 @@ pub(super) fn written(
     other: Option<ZoneId>,
     crcs: Vec<u32>,
 ) -> Result<u64, EngineError> {
-    let rec = WriteRec {
+    durability::log_op(inner, st, &[write_rec(zone, block, other, crcs)])
+}
+
+fn write_rec(zone: ZoneId, block: u32, other: Option<ZoneId>, crcs: Vec<u32>) -> Rec {
+    WriteRec {
         zone,
         block,
         other,
         crcs,
-    };
-    durability::log_op(inner, st, &[rec.into()])
+    }
+    .into()
 }
 
 /// [`written`] for a record that goes to the log ahead of its data (a write plan's
@@ -421,13 +425,7 @@ pub(super) fn written_ahead_if_room(
     other: Option<ZoneId>,
     crcs: Vec<u32>,
 ) -> Result<Option<u64>, EngineError> {
-    let rec: Rec = WriteRec {
-        zone,
-        block,
-        other,
-        crcs,
-    }
-    .into();
+    let rec = write_rec(zone, block, other, crcs);
     let mut v = Vec::new();
     rec.encode(&mut v);
     if !st.meta.log.has_room(v.len()) {
