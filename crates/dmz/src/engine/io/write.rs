@@ -492,8 +492,9 @@ fn write_blocks(
     Ok(Step::Done(cnt, seq))
 }
 
-/// After `cnt` blocks at block `b` of `target` reached the device (under the chunk's write
-/// lock, from [`write_blocks`] or a [`WritePlan`](super::WritePlan) the caller wrote): their
+/// After `cnt` blocks at block `b` of `target` reached the device (under the chunk's lock:
+/// exclusive from [`write_blocks`], shared with the blocks reserved from a
+/// [`WritePlan`](super::WritePlan) the caller wrote): their
 /// record (the blocks become valid there and invalid in `other`), unless the overwrite needs
 /// none; then free what the write emptied. Returns the sequence number of the last record
 /// the write must see in the log before it is acknowledged.

@@ -21,7 +21,9 @@ use super::record::{Ctx, Rec};
 
 /// Overwrites in place into conventional zones whose validating records were not flushed
 /// when the overwrite checked them ([`Proof::Unflushed`](super::Proof)), from that check
-/// until the overwrite's own record (or its absence) is in the log. A flush that covers
+/// until the overwrite's own record (or its absence) is in the log; and every write plan in
+/// flight, whatever it found (another plan of the zone may append a record meanwhile:
+/// design.md, "Hop-free writes"). A flush that covers
 /// those records while one is in flight would leave them flushed but unproven under data
 /// their CRCs no longer match, so [`flush`] proves them before it returns (design.md, "Why
 /// proven must be durable before overwrites"). Kept in `State`, under its lock.
