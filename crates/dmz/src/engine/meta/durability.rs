@@ -504,14 +504,7 @@ pub(super) fn log_op(
     st: &mut MutexGuard<'_, State>,
     recs: &[Rec],
 ) -> Result<u64, EngineError> {
-    let mut len = 0;
-    {
-        let mut v = Vec::new();
-        for r in recs {
-            r.encode(&mut v);
-        }
-        len += v.len();
-    }
+    let len = encoded_len(recs);
     let mut tries = 0;
     while !st.meta.log.has_room(len) {
         tries += 1;
@@ -520,6 +513,37 @@ pub(super) fn log_op(
         }
         MutexGuard::unlocked(st, || commit(inner))?;
     }
+    append_op(inner, st, recs)
+}
+
+/// [`log_op`] for a caller that must not wait for a commit (a write plan on a queue
+/// thread): `None`, nothing appended, when the log half has no room for the records.
+pub(super) fn log_op_if_room(
+    inner: &Inner,
+    st: &mut MutexGuard<'_, State>,
+    recs: &[Rec],
+) -> Result<Option<u64>, EngineError> {
+    if !st.meta.log.has_room(encoded_len(recs)) {
+        return Ok(None);
+    }
+    append_op(inner, st, recs).map(Some)
+}
+
+/// Bytes `recs` take in a log block.
+fn encoded_len(recs: &[Rec]) -> usize {
+    let mut v = Vec::new();
+    for r in recs {
+        r.encode(&mut v);
+    }
+    v.len()
+}
+
+/// Apply one operation's records to memory and append them (the caller checked the room).
+fn append_op(
+    inner: &Inner,
+    st: &mut MutexGuard<'_, State>,
+    recs: &[Rec],
+) -> Result<u64, EngineError> {
     let first = st.meta.log.next_seq;
     for (k, r) in recs.iter().enumerate() {
         if let Err(e) = r.apply(&mut st.meta, &*inner.dev, first + k as u64, Ctx::Live) {

@@ -425,13 +425,7 @@ pub(super) fn written_ahead_if_room(
     other: Option<ZoneId>,
     crcs: Vec<u32>,
 ) -> Result<Option<u64>, EngineError> {
-    let rec = write_rec(zone, block, other, crcs);
-    let mut v = Vec::new();
-    rec.encode(&mut v);
-    if !st.meta.log.has_room(v.len()) {
-        return Ok(None);
-    }
-    durability::log_op(inner, st, &[rec]).map(Some)
+    durability::log_op_if_room(inner, st, &[write_rec(zone, block, other, crcs)])
 }
 
 /// `count` blocks at `block` of every zone of `map` hold nothing any more.
