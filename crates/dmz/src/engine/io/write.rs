@@ -287,7 +287,7 @@ fn write_step(
         if valid
             && !st
                 .meta
-                .overwrite_needs_no_record(&*inner.dev, target, b, cnt)?
+                .overwrite_needs_no_record(&*inner.dev, target, other, b, cnt)?
         {
             let data = &data[..cnt as usize * BLOCK];
             return write_ahead(inner, st, chunk, target, other, b, data);
@@ -510,7 +510,7 @@ pub(super) fn record_blocks(
     let mut st = inner.state.lock();
     if st
         .meta
-        .overwrite_needs_no_record(&*inner.dev, target, b, cnt)?
+        .overwrite_needs_no_record(&*inner.dev, target, other, b, cnt)?
     {
         inner.stats.unlogged.fetch_add(1, Ordering::Relaxed);
         return Ok(st.meta.last_record_seq());

@@ -248,10 +248,15 @@ pub(in crate::engine) fn plan_write(
             if bits.count_ones() != if valid { n as usize } else { 0 } {
                 return None;
             }
+            if let Some(o) = other {
+                // Only cached bitmap blocks on a queue thread (the check reads the other
+                // zone's bits too).
+                st.meta.bits_cached(o, b, n)?;
+            }
             ahead = valid
                 && !st
                     .meta
-                    .overwrite_needs_no_record(&*inner.dev, target, b, n)
+                    .overwrite_needs_no_record(&*inner.dev, target, other, b, n)
                     .ok()?;
             let cleared = st.meta.zone(target).last_cleared_seq;
             if !ahead && cleared > 0 && !st.meta.log_holds(cleared) {

@@ -150,8 +150,10 @@ impl Meta {
     /// Whether a write of blocks `[b, b + n)` in place into conventional zone `z` (a
     /// chunk's data zone, or its buffer) changes no metadata, so that it needs no `Write`
     /// record (design.md, "Overwrites without a record"): every block is valid in `z`
-    /// already (hence invalid in the chunk's other zone: a block is valid in one zone of its
-    /// chunk at most, which `Engine::debug_check` asserts), and every record that made a
+    /// already and invalid in the chunk's other zone `other` (a block is valid in one zone
+    /// of its chunk at most, which `Engine::debug_check` asserts, but the bitmaps of a
+    /// damaged or foreign volume may say both: then the record must invalidate it there,
+    /// found by fuzzing), and every record that made a
     /// block of `z` valid is folded into the committed sets, so the sets say every block
     /// valid. A replayed record that only rewrote valid blocks may then fail its CRC check
     /// against the new data without harm: its blocks stay valid from the sets.
@@ -159,6 +161,7 @@ impl Meta {
         &mut self,
         dev: &dyn ZonedDevice,
         z: ZoneId,
+        other: Option<ZoneId>,
         b: u32,
         n: u32,
     ) -> Result<bool, EngineError> {
@@ -166,10 +169,14 @@ impl Meta {
         if zi.seq
             || !matches!(zi.role, Role::Data | Role::Buffer)
             || zi.last_new_seq >= self.log.folded_seq
+            || !self.bits(dev, z, b, n)?.all()
         {
             return Ok(false);
         }
-        Ok(self.bits(dev, z, b, n)?.all())
+        match other {
+            Some(o) => Ok(self.bits(dev, o, b, n)?.not_any()),
+            None => Ok(true),
+        }
     }
 
     /// Whether record `seq` is written to the log already (a sync up to it has nothing to do).
