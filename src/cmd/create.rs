@@ -396,6 +396,17 @@ impl BlockTarget for EngineTarget {
             guard: Box::new(EngineWritePlan(plan)),
         })
     }
+    fn plan_flush(&self) -> Option<Box<dyn frontend::FlushGuard>> {
+        // The log sits in conventional zones of the device the read source reads, and the
+        // device's flush is an fdatasync of that fd (zbd::ReadSource).
+        let src = self.0.read_source().filter(|s| s.conv_writes)?;
+        // A failed engine: the blocking flush reports it.
+        let plan = self.0.plan_flush().ok()?;
+        Some(Box::new(EngineFlush {
+            plan,
+            base: src.base,
+        }))
+    }
     fn plan_sync(&self, token: frontend::SyncToken) -> Result<frontend::SyncPlan, i32> {
         // The log sits in conventional zones of the device the read source reads.
         let Some(src) = self.0.read_source().filter(|s| s.conv_writes) else {
@@ -412,6 +423,32 @@ impl BlockTarget for EngineTarget {
                 }))
             }
         })
+    }
+}
+
+/// The engine's flush as the frontend's, for its ring.
+struct EngineFlush {
+    plan: dmz::engine::FlushPlan,
+    /// The read source's offset of device byte 0.
+    base: u64,
+}
+
+impl frontend::FlushGuard for EngineFlush {
+    fn step(&mut self) -> Result<frontend::FlushStep, i32> {
+        Ok(match self.plan.step().map_err(errno)? {
+            dmz::engine::FlushStep::Log(log) => {
+                frontend::FlushStep::Log(Box::new(EngineLogWrite {
+                    log,
+                    base: self.base,
+                }))
+            }
+            dmz::engine::FlushStep::Device => frontend::FlushStep::Device,
+            dmz::engine::FlushStep::Done => frontend::FlushStep::Done,
+        })
+    }
+    fn device_flushed(&mut self, result: Result<(), i32>) -> Result<(), i32> {
+        let result = result.map_err(std::io::Error::from_raw_os_error);
+        self.plan.device_flushed(result).map_err(errno)
     }
 }
 

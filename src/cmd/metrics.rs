@@ -101,6 +101,7 @@ const METRICS: &[Def] = &[
     Def("frontend_hop_free_retries", "Hop-free reads that failed and were redone on the pool.", C, At(&["frontend", "hop_free_retries"])),
     Def("frontend_hop_free_writes", "Writes made on the queue thread's own ring.", C, At(&["frontend", "hop_free_writes"])),
     Def("frontend_hop_free_write_retries", "Hop-free writes that failed and were redone on the pool.", C, At(&["frontend", "hop_free_write_retries"])),
+    Def("frontend_ring_flushes", "Flushes whose device I/O went on the queue thread's own ring.", C, At(&["frontend", "ring_flushes"])),
     Def("pool_workers", "Worker threads alive.", G, At(&["pool", "workers"])),
     Def("pool_workers_spawned", "Worker threads spawned.", C, At(&["pool", "workers_spawned"])),
     Def("pool_jobs_queued", "Jobs queued on the worker pool.", C, At(&["pool", "jobs_queued"])),

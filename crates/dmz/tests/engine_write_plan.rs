@@ -419,3 +419,99 @@ fn a_log_write_made_by_the_caller_makes_writes_survive_a_crash() {
     assert!(e.write(at * B, &data(2, at, 1), false).is_err());
     e.crash_for_test();
 }
+
+/// Drive `Engine::plan_flush` as a queue thread's ring does (log blocks written through
+/// the device, the device flushed by the caller); returns (log writes, device flushes).
+fn flush_on_ring(e: &Engine, dev: &dyn ZonedDevice) -> (usize, usize) {
+    use dmz::engine::FlushStep;
+    let mut plan = e.plan_flush().unwrap();
+    let (mut logs, mut flushes) = (0, 0);
+    loop {
+        match plan.step().unwrap() {
+            FlushStep::Log(log) => {
+                log.write_for_test().unwrap();
+                log.complete();
+                logs += 1;
+            }
+            FlushStep::Device => {
+                flushes += 1;
+                plan.device_flushed(dev.flush().map_err(std::io::Error::other))
+                    .unwrap();
+            }
+            FlushStep::Done => return (logs, flushes),
+        }
+    }
+}
+
+#[test]
+fn a_flush_on_the_caller_s_ring_makes_writes_durable() {
+    let dev = Arc::new(FaultyDevice::new(formatted_mem(1024, 16, 6, 2)).unwrap());
+    let e = open(dev.clone(), opts());
+    let at = e.chunk_size() / B + 7;
+    e.write(at * B, &data(1, at, 2), false).unwrap();
+    assert_eq!(
+        flush_on_ring(&e, &*dev),
+        (1, 1),
+        "one log write, one device flush"
+    );
+    e.crash_for_test();
+    // Everything not flushed is lost: the write and its record must have been.
+    dev.power_cut(|_| false).unwrap();
+    let e = open(dev, opts());
+    assert_eq!(read(&e, at, 2), data(1, at, 2), "the flushed write is lost");
+    close(e);
+}
+
+/// The proof round of `a_flush_while_a_plan_is_in_flight_proves_what_other_plans_recorded`,
+/// with the flush driven on the caller's ring: two log writes and two device flushes.
+#[test]
+fn a_flush_on_the_caller_s_ring_proves_what_plans_in_flight_recorded() {
+    let dev = Arc::new(FaultyDevice::new(formatted_mem(1024, 16, 6, 2)).unwrap());
+    let e = open(dev.clone(), opts());
+    let at = e.chunk_size() / B + 3;
+    e.write(at * B, &data(1, at, 2), false).unwrap();
+    e.debug_commit().unwrap();
+    let first = data(2, at + 5, 1);
+    let a = e.plan_write((at + 5) * B, &first).expect("new blocks");
+    let b = e.plan_write(at * B, &data(3, at, 1)).expect("an overwrite");
+    a.write_for_test(&first).unwrap();
+    b.write_for_test(&data(3, at, 1)).unwrap();
+    e.sync(a.complete(&first).unwrap()).unwrap();
+    let proofs = e.stats().proof_flushes;
+    assert_eq!(flush_on_ring(&e, &*dev), (2, 2), "a proof round");
+    assert_eq!(e.stats().proof_flushes, proofs + 1);
+    e.sync(b.complete(&data(3, at, 1)).unwrap()).unwrap();
+    e.write((at + 5) * B, &data(4, at + 5, 1), false).unwrap();
+    let pending = dev.pending_writes();
+    e.crash_for_test();
+    dev.power_cut(|i| i + 1 == pending).unwrap();
+    let e = open(dev, opts());
+    let got = read(&e, at + 5, 1);
+    assert!(
+        got == first || got == data(4, at + 5, 1),
+        "the flushed planned write is lost"
+    );
+    close(e);
+}
+
+/// A device flush that failed on the caller's ring stops the engine, as a failed flush
+/// of its own does.
+#[test]
+fn a_device_flush_failed_on_the_caller_s_ring_stops_the_engine() {
+    use dmz::engine::FlushStep;
+    let e = open(formatted_mem(1024, 16, 6, 2), opts());
+    let at = e.chunk_size() / B + 7;
+    e.write(at * B, &data(1, at, 1), false).unwrap();
+    let mut plan = e.plan_flush().unwrap();
+    let FlushStep::Log(log) = plan.step().unwrap() else {
+        panic!("a flush writes the log first")
+    };
+    log.write_for_test().unwrap();
+    log.complete();
+    assert!(matches!(plan.step().unwrap(), FlushStep::Device));
+    let err = std::io::Error::from_raw_os_error(libc::EIO);
+    assert!(plan.device_flushed(Err(err)).is_err());
+    assert!(e.write(at * B, &data(2, at, 1), false).is_err());
+    assert!(e.flush().is_err());
+    e.crash_for_test();
+}

@@ -106,6 +106,22 @@ pub trait BlockTarget: Send + Sync {
         let _ = token;
         Ok(SyncPlan::Busy)
     }
+
+    /// [`BlockTarget::flush`] for a caller that does the device I/O on its ring (log
+    /// blocks written through [`BlockTarget::read_fd`], device flushes as an `fdatasync`
+    /// of it): the flush's steps one at a time. `None` (the default): call
+    /// [`BlockTarget::flush`].
+    fn plan_flush(&self) -> Option<Box<dyn FlushGuard>> {
+        None
+    }
+
+    /// True for a target none of whose calls ever waits for anything but a short memory
+    /// lock (no device I/O, no zone, no log writer): the queue threads then serve every
+    /// request themselves, with no pool hop and no completion kick ([`MemTarget`]: the
+    /// ublk round trip alone, the floor any target is measured against). Default: false.
+    fn never_blocks(&self) -> bool {
+        false
+    }
 }
 
 /// What [`BlockTarget::plan_sync`] found.
@@ -113,6 +129,27 @@ pub enum SyncPlan {
     Done,
     Busy,
     Write(Box<dyn LogWriteGuard>),
+}
+
+/// A flush the frontend drives on its ring ([`BlockTarget::plan_flush`]). Like a
+/// [`LogWriteGuard`], it may hold the target's log writer between steps: the queue threads
+/// run it behind their log gate.
+pub trait FlushGuard {
+    /// What to do next; an error ends the flush (the target has failed).
+    fn step(&mut self) -> Result<FlushStep, i32>;
+    /// The device flush of [`FlushStep::Device`] ended: `Ok`, or the errno it failed
+    /// with (the target then fails, and the error comes back).
+    fn device_flushed(&mut self, result: Result<(), i32>) -> Result<(), i32>;
+}
+
+/// One step of a [`FlushGuard`].
+pub enum FlushStep {
+    /// Write these log blocks, complete the guard, then ask again.
+    Log(Box<dyn LogWriteGuard>),
+    /// `fdatasync` [`BlockTarget::read_fd`], report it, then ask again.
+    Device,
+    /// The flush is done.
+    Done,
 }
 
 /// A log write the frontend makes for the target ([`BlockTarget::plan_sync`]). While it

@@ -81,6 +81,9 @@ impl BlockTarget for MemTarget {
     fn flush(&self) -> Result<(), i32> {
         Ok(())
     }
+    fn never_blocks(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

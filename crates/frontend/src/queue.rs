@@ -15,9 +15,11 @@
 //!
 //! Flushes run on the queue thread itself. A flush is what fsync waits for, and the two
 //! thread switches of a pool hop were most of its latency (fsync p50 370 -> 216 us in the
-//! VM, docs/PERFORMANCE.md). Blocking the queue meanwhile costs little: a SATA disk runs a
-//! cache flush as a non-queued command, stalling its other I/O anyway, and drives with a
-//! protected cache make flushes near-instant. The engine orders concurrent flushes itself.
+//! VM, docs/PERFORMANCE.md). When the target plans them ([`BlockTarget::plan_flush`]) their
+//! log writes and device flushes (`fdatasync` of fixed file 1) go on the queue's own ring
+//! ([`flush`]), so the thread serves its other tags meanwhile; otherwise the blocking
+//! [`BlockTarget::flush`] holds the thread until it is done. The engine orders concurrent
+//! flushes itself.
 //!
 //! Reads run on the queue thread too when they can without waiting ("hop-free",
 //! [`read_hop_free`]): the target plans every piece at once ([`BlockTarget::plan_read`]:
@@ -42,7 +44,10 @@
 
 use crate::completion::{errno_or_eio, Kicker, TagCompletion};
 use crate::request::{decode, split, Request};
-use crate::{BlockTarget, Dispatch, Job, ReadSegment, SyncPlan, SyncToken, WritePlan};
+use crate::{
+    BlockTarget, Dispatch, FlushStep, Job, LogWriteGuard, ReadSegment, SyncPlan, SyncToken,
+    WritePlan,
+};
 use io_uring::{opcode, types};
 use libublk::helpers::IoBuf;
 use libublk::io::{UblkDev, UblkQueue};
@@ -78,6 +83,8 @@ pub struct IoStats {
     pub hop_free_writes: AtomicU64,
     /// Hop-free writes whose device write failed or came up short, redone on the pool.
     pub hop_free_write_retries: AtomicU64,
+    /// Flushes whose log writes and device flushes went on the queue thread's own ring.
+    pub ring_flushes: AtomicU64,
 }
 
 #[derive(Debug, Serialize)]
@@ -98,6 +105,7 @@ pub struct IoStatsSnapshot {
     pub hop_free_retries: u64,
     pub hop_free_writes: u64,
     pub hop_free_write_retries: u64,
+    pub ring_flushes: u64,
 }
 
 impl IoStats {
@@ -120,6 +128,7 @@ impl IoStats {
             hop_free_retries: g(&self.hop_free_retries),
             hop_free_writes: g(&self.hop_free_writes),
             hop_free_write_retries: g(&self.hop_free_write_retries),
+            ring_flushes: g(&self.ring_flushes),
         }
     }
     fn count(&self, req: &Request, pieces: u32) {
@@ -284,6 +293,8 @@ pub trait RingIo {
     /// `ptr..ptr + len` must stay allocated, and not be written by anyone, until the
     /// returned future has completed.
     unsafe fn write(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut;
+    /// Start an `fdatasync` of the target's fd; the future gives 0 or a negative errno.
+    fn fsync(&self) -> Self::Fut;
     /// The queue thread's one gate around the target's log writer: held by a tag while its
     /// log write is on the ring ([`sync_on_ring`]), taken before anything on this thread
     /// that may need the log writer (a flush, a blocking sync, a planned write's record),
@@ -314,6 +325,12 @@ impl RingIo for QueueRing<'_, '_> {
             .build();
         self.q.ublk_submit_sqe(sqe)
     }
+    fn fsync(&self) -> Self::Fut {
+        let sqe = opcode::Fsync::new(types::Fixed(1))
+            .flags(types::FsyncFlags::DATASYNC)
+            .build();
+        self.q.ublk_submit_sqe(sqe)
+    }
     fn log_gate(&self) -> &smol::lock::Mutex<()> {
         self.log_gate
     }
@@ -328,6 +345,9 @@ impl RingIo for NoRing {
         match *self {}
     }
     unsafe fn write(&self, _: *const u8, _: u32, _: u64) -> Self::Fut {
+        match *self {}
+    }
+    fn fsync(&self) -> Self::Fut {
         match *self {}
     }
     fn log_gate(&self) -> &smol::lock::Mutex<()> {
@@ -365,13 +385,13 @@ pub async fn execute_with<R: RingIo>(
         return 0;
     }
     if req == Request::Flush {
-        // On this thread (see the module comment): no completion, no kick; never while
-        // this thread's own log write is in flight (it holds the target's log writer).
-        let _g = match ring {
-            Some(r) => Some(r.log_gate().lock().await),
-            None => None,
-        };
-        return finish(req, shared.target.flush(), shared);
+        // On this thread (see the module comment): no completion, no kick.
+        return finish(req, flush(ring, shared).await, shared);
+    }
+    if shared.target.never_blocks() {
+        if let Some(result) = inline(req, buf, shared) {
+            return finish(req, result, shared);
+        }
     }
     let st = &shared.stats;
     let hop_free = match (req, ring) {
@@ -439,6 +459,44 @@ pub async fn execute_with<R: RingIo>(
     }
     let result = completion.wait().await;
     finish(req, result, shared)
+}
+
+/// A request served on this thread by a target that never blocks
+/// ([`BlockTarget::never_blocks`]): reads when `hop_free_reads`, writes, discards and write
+/// zeroes when `hop_free_writes` (off, they go to the pool as for any target: the
+/// comparison that shows what the hop costs). `None`: switched off.
+fn inline(req: Request, buf: &Arc<IoBuf<u8>>, shared: &QueueShared) -> Option<Result<(), i32>> {
+    let (offset, len) = req.range()?;
+    let (on, count) = match req {
+        Request::Read { .. } => (shared.hop_free_reads, &shared.stats.hop_free_reads),
+        _ => (shared.hop_free_writes, &shared.stats.hop_free_writes),
+    };
+    if !on {
+        return None;
+    }
+    let t = &shared.target;
+    let mut result = Ok(());
+    for p in split(offset, len, t.chunk_size()) {
+        let at = p.buf_offset as usize..(p.buf_offset + p.len) as usize;
+        let r = match req {
+            Request::Read { .. } => {
+                // SAFETY: the piece lies inside the buffer (decode checked len <= its
+                // size), and nothing else touches the buffer meanwhile: this request is
+                // served on this thread alone, and the kernel reads it only after commit.
+                let s = unsafe {
+                    std::slice::from_raw_parts_mut(buf.as_mut_ptr().add(at.start), at.len())
+                };
+                t.read(p.offset, s)
+            }
+            Request::Write { fua, .. } => t.write(p.offset, &buf.as_slice()[at], fua),
+            Request::Discard { .. } => t.discard(p.offset, p.len),
+            Request::WriteZeroes { .. } => t.write_zeroes(p.offset, p.len),
+            Request::Flush => unreachable!("flush has no range"),
+        };
+        result = result.and(r);
+    }
+    count.fetch_add(1, Ordering::Relaxed);
+    Some(result)
 }
 
 /// How [`read_hop_free`] or [`write_hop_free`] went.
@@ -657,6 +715,41 @@ async fn sync_on_ring<R: RingIo>(
         SyncPlan::Busy => return shared.target.sync(token),
         SyncPlan::Write(log) => log,
     };
+    write_log(ring, log).await
+}
+
+/// A flush on this thread, behind its log gate (never while this thread's own log write is
+/// in flight: it holds the target's log writer). With a ring and a target that plans it
+/// ([`BlockTarget::plan_flush`]), its log writes and device flushes go on the ring, so
+/// that the thread serves other tags meanwhile; otherwise [`BlockTarget::flush`] blocks
+/// the thread until it is done. `hop_free_writes` off: always the latter.
+async fn flush<R: RingIo>(ring: Option<&R>, shared: &QueueShared) -> Result<(), i32> {
+    let Some(ring) = ring else {
+        return shared.target.flush();
+    };
+    let _g = ring.log_gate().lock().await;
+    let plan = match shared.hop_free_writes {
+        true => shared.target.plan_flush(),
+        false => None,
+    };
+    let Some(mut plan) = plan else {
+        return shared.target.flush();
+    };
+    shared.stats.ring_flushes.fetch_add(1, Ordering::Relaxed);
+    loop {
+        match plan.step()? {
+            FlushStep::Log(log) => write_log(ring, log).await?,
+            FlushStep::Device => {
+                let res = ring.fsync().await;
+                plan.device_flushed(if res < 0 { Err(-res) } else { Ok(()) })?;
+            }
+            FlushStep::Done => return Ok(()),
+        }
+    }
+}
+
+/// Write a target's log blocks on `ring`, then complete the log write with the result.
+async fn write_log<R: RingIo>(ring: &R, log: Box<dyn LogWriteGuard>) -> Result<(), i32> {
     // A 4096-aligned copy of the blocks (the fd may be O_DIRECT).
     let (buf, offsets) = {
         let blocks = log.blocks();
@@ -720,20 +813,22 @@ mod tests {
         }
     }
 
-    fn shared(d: Arc<dyn Dispatch>) -> QueueShared {
+    fn shared(d: Arc<dyn Dispatch>, hop_free: bool) -> QueueShared {
         QueueShared {
             target: Arc::new(MemTarget::new(4 << 20, 1 << 20)),
             dispatch: d,
             stats: Arc::new(IoStats::default()),
-            hop_free_reads: true,
-            hop_free_writes: true,
+            hop_free_reads: hop_free,
+            hop_free_writes: hop_free,
         }
     }
 
-    #[test]
-    fn split_write_then_read_back_across_chunks() {
+    /// A write across a chunk end, read back, then a flush: through the pool (`hop_free`
+    /// off: one job per piece, keyed by its chunk) or, since a [`MemTarget`] never blocks,
+    /// on the calling (queue) thread with nothing queued at all.
+    fn split_write_then_read_back(hop_free: bool) -> (Vec<u64>, IoStatsSnapshot) {
         let d = Arc::new(Threads(Mutex::new(Vec::new())));
-        let sh = shared(d.clone());
+        let sh = shared(d.clone(), hop_free);
         let k = Arc::new(Kicker::new().unwrap());
         let c = Arc::new(TagCompletion::new(k));
         let buf = Arc::new(IoBuf::<u8>::new(512 << 10));
@@ -749,7 +844,6 @@ mod tests {
             fua: true,
         };
         assert_eq!(smol::block_on(execute(w, &buf, &c, &sh)), 16384);
-        assert_eq!(*d.0.lock().unwrap(), vec![0, 1]);
         b.fill(0);
         let r = Request::Read {
             offset: off,
@@ -760,12 +854,33 @@ mod tests {
             assert_eq!(*x, (i / 4096) as u8 + 1);
         }
         assert_eq!(smol::block_on(execute(Request::Flush, &buf, &c, &sh)), 0);
-        // The flush ran on the calling (queue) thread: nothing more went to the pool.
-        assert_eq!(*d.0.lock().unwrap(), vec![0, 1, 0, 1]);
         let s = sh.stats.snapshot();
         assert_eq!(
             (s.writes, s.reads, s.flushes, s.fua_writes, s.split_requests),
             (1, 1, 1, 1, 2)
+        );
+        let keys = d.0.lock().unwrap().clone();
+        (keys, s)
+    }
+
+    #[test]
+    fn split_write_then_read_back_across_chunks_through_the_pool() {
+        let (keys, s) = split_write_then_read_back(false);
+        // One job per piece; the flush ran on the calling (queue) thread.
+        assert_eq!(keys, vec![0, 1, 0, 1]);
+        assert_eq!(
+            (s.hop_free_writes, s.hop_free_reads, s.pool_reads),
+            (0, 0, 1)
+        );
+    }
+
+    #[test]
+    fn a_target_that_never_blocks_is_served_on_the_queue_thread() {
+        let (keys, s) = split_write_then_read_back(true);
+        assert_eq!(keys, Vec::<u64>::new(), "nothing went to the pool");
+        assert_eq!(
+            (s.hop_free_writes, s.hop_free_reads, s.pool_reads),
+            (1, 1, 0)
         );
     }
 
@@ -1084,10 +1199,14 @@ mod tests {
 
     /// "Ring" reads and writes done at once with pread and pwrite; one at `fail_at` fails
     /// with EIO.
+    /// `PreadRing::fail_at` for a ring whose fsync fails.
+    const FSYNC_FAILS: u64 = u64::MAX;
+
     struct PreadRing {
         fd: std::os::fd::RawFd,
         fail_at: Option<u64>,
         reads: std::cell::Cell<u32>,
+        fsyncs: std::cell::Cell<u32>,
         gate: smol::lock::Mutex<()>,
     }
 
@@ -1110,6 +1229,15 @@ mod tests {
             // SAFETY: as for `read`: `ptr..ptr + len` is valid until the future completes.
             let n = unsafe { libc::pwrite(self.fd, ptr.cast(), len as usize, offset as i64) };
             std::future::ready(if n < 0 { -libc::EIO } else { n as i32 })
+        }
+        fn fsync(&self) -> Self::Fut {
+            self.fsyncs.set(self.fsyncs.get() + 1);
+            if self.fail_at == Some(FSYNC_FAILS) {
+                return std::future::ready(-libc::EIO);
+            }
+            // SAFETY: plain syscall on an fd the test keeps open.
+            let r = unsafe { libc::fdatasync(self.fd) };
+            std::future::ready(if r < 0 { -libc::EIO } else { 0 })
         }
         fn log_gate(&self) -> &smol::lock::Mutex<()> {
             &self.gate
@@ -1151,6 +1279,7 @@ mod tests {
             fd: t.read_fd().unwrap(),
             fail_at: None,
             reads: 0.into(),
+            fsyncs: 0.into(),
             gate: Default::default(),
         };
         // Two pieces (a chunk end inside), zero blocks among them.
@@ -1177,6 +1306,7 @@ mod tests {
             fd: t.read_fd().unwrap(),
             fail_at: Some(FT_CHUNK),
             reads: 0.into(),
+            fsyncs: 0.into(),
             gate: Default::default(),
         };
         read_via(&sh, &t, &ring, FT_CHUNK - 4 * 4096, 8 * 4096);
@@ -1193,6 +1323,7 @@ mod tests {
             fd: t.read_fd().unwrap(),
             fail_at: None,
             reads: 0.into(),
+            fsyncs: 0.into(),
             gate: Default::default(),
         };
         read_via(&sh, &t, &ring, 3 * FT_CHUNK, 4096);
@@ -1222,6 +1353,49 @@ mod tests {
         logged: Arc<Mutex<Vec<u64>>>,
         /// Plans have their record appended at planning, to be synced before the data.
         ahead: std::sync::atomic::AtomicBool,
+        /// Flushes are planned ([`BlockTarget::plan_flush`]): rounds of (log, device flush)
+        /// each (2: with a proof round).
+        flush_rounds: std::sync::atomic::AtomicU32,
+    }
+
+    /// [`WriteFile`]'s planned flush: `rounds` of a log write then a device flush.
+    struct FileFlush {
+        file: std::fs::File,
+        log: Arc<Mutex<Vec<String>>>,
+        appended: Arc<Mutex<Vec<u64>>>,
+        logged: Arc<Mutex<Vec<u64>>>,
+        rounds: u32,
+        device_next: bool,
+    }
+    impl crate::FlushGuard for FileFlush {
+        fn step(&mut self) -> Result<FlushStep, i32> {
+            if self.device_next {
+                return Ok(FlushStep::Device);
+            }
+            if self.rounds == 0 {
+                self.log.lock().unwrap().push("flush done".into());
+                return Ok(FlushStep::Done);
+            }
+            self.rounds -= 1;
+            self.device_next = true;
+            let covered = std::mem::take(&mut *self.appended.lock().unwrap());
+            Ok(FlushStep::Log(Box::new(FileLog {
+                file: self.file.try_clone().unwrap(),
+                block: vec![covered.len() as u8; 4096],
+                covered,
+                log: self.log.clone(),
+                logged: self.logged.clone(),
+            })))
+        }
+        fn device_flushed(&mut self, result: Result<(), i32>) -> Result<(), i32> {
+            assert!(self.device_next, "a device flush that was not asked for");
+            self.device_next = false;
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("device flushed {result:?}"));
+            result
+        }
     }
 
     /// Where [`WriteFile`]'s log block goes.
@@ -1275,6 +1449,7 @@ mod tests {
                 appended: Arc::default(),
                 logged: Arc::default(),
                 ahead: false.into(),
+                flush_rounds: 0.into(),
             }
         }
         fn log(&self) -> Vec<String> {
@@ -1375,6 +1550,19 @@ mod tests {
                 }),
             })
         }
+        fn plan_flush(&self) -> Option<Box<dyn crate::FlushGuard>> {
+            let rounds = self.flush_rounds.load(Ordering::Relaxed);
+            (rounds > 0).then(|| {
+                Box::new(FileFlush {
+                    file: self.file.try_clone().unwrap(),
+                    log: self.log.clone(),
+                    appended: self.appended.clone(),
+                    logged: self.logged.clone(),
+                    rounds,
+                    device_next: false,
+                }) as Box<dyn crate::FlushGuard>
+            })
+        }
         fn plan_sync(&self, t: SyncToken) -> Result<SyncPlan, i32> {
             if t.0 == 0 || self.logged.lock().unwrap().contains(&(t.0 - 1)) {
                 return Ok(SyncPlan::Done);
@@ -1422,6 +1610,7 @@ mod tests {
             fd: t.read_fd().unwrap(),
             fail_at: None,
             reads: 0.into(),
+            fsyncs: 0.into(),
             gate: Default::default(),
         };
         (t, d, sh, ring)
@@ -1598,6 +1787,9 @@ mod tests {
                 Held(Rc::new(true.into()), n)
             }
         }
+        fn fsync(&self) -> Held {
+            Held(Rc::new(true.into()), self.inner.fsync().into_inner())
+        }
         fn log_gate(&self) -> &smol::lock::Mutex<()> {
             self.inner.log_gate()
         }
@@ -1640,6 +1832,58 @@ mod tests {
         let (w, f) = smol::block_on(exe.run(async { (write.await, flush.await) }));
         assert_eq!((w, f), (4096, 0));
         assert_eq!(t.log(), ["log [4096], before their data [false]", "flush"]);
+    }
+
+    /// A flush the target plans goes on the ring: each round's log write, then an
+    /// fdatasync there, and never the blocking flush; with hop-free writes off, the
+    /// blocking flush as before.
+    #[test]
+    fn a_planned_flush_goes_on_the_ring() {
+        for (hop_free, rounds) in [(true, 1), (true, 2), (false, 2)] {
+            let (t, _d, sh, ring) = write_setup(hop_free);
+            t.flush_rounds.store(rounds, Ordering::Relaxed);
+            t.plans.store(false, Ordering::Relaxed);
+            write_via(&sh, &ring, 4096, 4096, 7, false);
+            assert_eq!(t.log(), ["pool 4096"]);
+            t.appended.lock().unwrap().push(4096);
+            let c = Arc::new(TagCompletion::new(Arc::new(Kicker::new().unwrap())));
+            let buf = filled(0, 4096);
+            let res = smol::block_on(execute_with(Request::Flush, &buf, &c, &sh, Some(&ring)));
+            assert_eq!(res, 0);
+            let s = sh.stats.snapshot();
+            if !hop_free {
+                assert_eq!(t.log(), ["flush"]);
+                assert_eq!((ring.fsyncs.get(), s.ring_flushes), (0, 0));
+                continue;
+            }
+            let mut want = vec![
+                "log [4096], before their data [false]".to_string(),
+                "device flushed Ok(())".into(),
+            ];
+            if rounds == 2 {
+                want.push("log [], before their data []".into());
+                want.push("device flushed Ok(())".into());
+            }
+            want.push("flush done".into());
+            assert_eq!(t.log(), want, "rounds {rounds}");
+            assert_eq!((ring.fsyncs.get(), s.ring_flushes), (rounds, 1));
+        }
+    }
+
+    /// A device flush that fails on the ring fails the flush (the target hears of it).
+    #[test]
+    fn a_failed_ring_fsync_fails_the_flush() {
+        let (t, _d, sh, mut ring) = write_setup(true);
+        t.flush_rounds.store(1, Ordering::Relaxed);
+        ring.fail_at = Some(FSYNC_FAILS);
+        let c = Arc::new(TagCompletion::new(Arc::new(Kicker::new().unwrap())));
+        let buf = filled(0, 4096);
+        let res = smol::block_on(execute_with(Request::Flush, &buf, &c, &sh, Some(&ring)));
+        assert_eq!(res, -libc::EIO);
+        assert_eq!(
+            t.log(),
+            ["log [], before their data []", "device flushed Err(5)"]
+        );
     }
 
     /// A plan whose record goes ahead of its data: the log is written (on the ring) before

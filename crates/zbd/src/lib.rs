@@ -221,7 +221,10 @@ pub type Result<T> = std::result::Result<T, ZbdError>;
 /// blocks below a sequential zone's write pointer and for conventional zones (the only
 /// blocks the engine reads: valid ones), not past a write pointer (where
 /// [`ZonedDevice::read_at`] gives zeros). The descriptor lives as long as the device; it is
-/// never closed by the caller, and written through only where `conv_writes` says so.
+/// never closed by the caller, and written through only where `conv_writes` says so. A
+/// device that gives one also promises that its [`ZonedDevice::flush`] is an `fdatasync`
+/// of `fd` and nothing more: a caller may flush it on its own ring instead (the frontend's
+/// flushes, docs/design.md "Flushes on the ring").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadSource {
     pub fd: std::os::fd::RawFd,

@@ -30,7 +30,7 @@ use meta::durability;
 use meta::{ConvQueue, Meta, Role};
 
 pub use io::{ReadPlan, ReadSegment, WritePlan};
-pub use meta::durability::{LogWrite, SyncPlan};
+pub use meta::durability::{FlushPlan, FlushStep, LogWrite, SyncPlan};
 pub use reclaim::{ReclaimOptions, VictimPolicy};
 pub use zbd::ReadSource;
 
@@ -543,6 +543,16 @@ impl Engine {
         self.inner.check_failed()?;
         self.inner.stats.flushes.fetch_add(1, Ordering::Relaxed);
         durability::flush(&self.inner, false)
+    }
+
+    /// [`Engine::flush`] for a caller that does its device I/O on its own ring: the same
+    /// steps, handed out by [`FlushPlan::step`] (log writes, then device flushes, with
+    /// the proof round when one is needed). Only for a device with a
+    /// [`zbd::ReadSource`] (whose flush is an `fdatasync` of its fd).
+    pub fn plan_flush(&self) -> Result<FlushPlan, EngineError> {
+        self.inner.check_failed()?;
+        self.inner.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(FlushPlan::new(&self.inner))
     }
 
     pub fn stats(&self) -> EngineStats {

@@ -44,7 +44,8 @@ pub fn grouped_plans() -> u64 {
 /// frontend's queue threads make them: consecutive non-FUA writes are planned together
 /// (up to [`GROUP_WRITES`], the flushes among them included), all their data goes to the
 /// device, then in op order each write is completed and synced and each flush run, so
-/// that plans of one chunk are in flight together and flushes run while plans are. Returns
+/// that plans of one chunk are in flight together and flushes run while plans are (driven
+/// step by step as a ring drives them, [`flush_planned`]). Returns
 /// (ops completed, end of the ops in flight when one failed): a group's later writes may
 /// have their data on the device without their record.
 pub fn run_with(e: &Engine, ops: &[Op], planned: bool) -> (usize, usize) {
@@ -123,11 +124,28 @@ fn run_group(e: &Engine, ops: &[Op], i: usize) -> Result<usize, (usize, usize)> 
     for (j, w) in group {
         let r = match w {
             Some((plan, data)) => plan.complete(&data).and_then(|u| sync_planned(e, u)),
-            None => e.flush(),
+            None => flush_planned(e),
         };
         r.map_err(|_| (j, end))?;
     }
     Ok(end - i)
+}
+
+/// A flush as a queue thread's ring makes it (`Engine::plan_flush`): its log writes and
+/// device flushes done by the caller, step by step.
+fn flush_planned(e: &Engine) -> Result<(), EngineError> {
+    use dmz::engine::FlushStep;
+    let mut plan = e.plan_flush()?;
+    loop {
+        match plan.step()? {
+            FlushStep::Log(log) => {
+                log.write_for_test()?;
+                log.complete();
+            }
+            FlushStep::Device => plan.flush_device_for_test()?,
+            FlushStep::Done => return Ok(()),
+        }
+    }
 }
 
 /// Check every block after a cut: `done` ops completed, op `done` (if any) was in flight.

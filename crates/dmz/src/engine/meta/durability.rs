@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 
 use crate::sets;
 
-use super::super::ids::{BLOCK, IO_BATCH_BLOCKS};
+use super::super::ids::{ZoneId, BLOCK, IO_BATCH_BLOCKS};
 use super::super::{EngineError, Inner, State};
 use super::cache::SnapBlock;
 use super::log::PAYLOAD;
@@ -273,52 +273,246 @@ fn write_blocks(inner: &Inner, blocks: &[(u64, Box<[u8; BLOCK]>)]) -> Result<(),
 /// Flush: write out the log (sealing its block: a block a flush covered is never written
 /// again), flush the device, then let zones freed by now-durable records be reused.
 /// `evidence` forces a block carrying the latest flushed sequence number (see design.md).
+/// Runs [`FlushState`]'s steps on this thread; [`FlushPlan`] runs the same steps for a
+/// caller that does the device I/O on its own ring.
 pub(in crate::engine) fn flush(inner: &Inner, evidence: bool) -> Result<(), EngineError> {
-    if evidence && !inner.state.lock().meta.log.has_room(PAYLOAD) {
-        // No room left for a proof block in this half: fold the log instead.
-        return commit(inner);
+    let (mut f, mut next) = FlushState::begin(inner, evidence);
+    loop {
+        next = match next {
+            Next::Log { force } => {
+                let (written, hdr) = log_sync(inner, u64::MAX, true, force)?;
+                f.logged(inner, written, hdr)
+            }
+            Next::Device => {
+                dev_flush(inner)?;
+                f.device_flushed(inner)
+            }
+            Next::Commit => return commit(inner),
+            Next::Done => return Ok(()),
+        }
     }
-    // Taken before the log is written: an overwrite that ended before it has its record
-    // in this flush.
-    let mark = inner.state.lock().in_place.mark();
-    let (written, hdr) = log_sync(inner, u64::MAX, true, evidence)?;
-    if evidence {
-        inner.stats.proof_flushes.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What a flush does next ([`FlushState`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Write out the log, sealing its block (`force`: even an empty one, to carry the
+    /// latest flushed sequence number: a proof block).
+    Log {
+        force: bool,
+    },
+    /// Flush the device ([`dev_flush`]).
+    Device,
+    /// Fold the log instead ([`commit`]): no room left in this half for a proof block.
+    Commit,
+    Done,
+}
+
+/// One flush between its device operations: the rules of [`flush`], in one place for
+/// both of its drivers ([`flush`] itself and [`FlushPlan`]).
+struct FlushState {
+    /// Taken before the log is written: an overwrite that ended before it has its record
+    /// in this flush.
+    mark: InPlaceMark,
+    /// Zones freed by records this flush writes: reusable once it is done.
+    cands: Vec<(ZoneId, u64)>,
+    /// The log write of the proof round is out (the second device flush is its last step).
+    proving: bool,
+    /// Records below this are in the log (raised into flushed_seq by the device flush).
+    written: u64,
+    /// The flushed_seq in the header of the last log block written.
+    hdr: u64,
+}
+
+impl FlushState {
+    fn begin(inner: &Inner, evidence: bool) -> (FlushState, Next) {
+        let st = inner.state.lock();
+        let f = FlushState {
+            mark: st.in_place.mark(),
+            cands: Vec::new(),
+            proving: false,
+            written: 0,
+            hdr: 0,
+        };
+        if evidence && !st.meta.log.has_room(PAYLOAD) {
+            // No room left for a proof block in this half: fold the log instead.
+            return (f, Next::Commit);
+        }
+        if evidence {
+            inner.stats.proof_flushes.fetch_add(1, Ordering::Relaxed);
+        }
+        (f, Next::Log { force: evidence })
     }
-    let cands = inner.state.lock().meta.zones.flushable_frees(written);
-    dev_flush(inner)?;
-    let need_proof = {
+
+    /// The log is written: records below `written`, the last block's header says `hdr`.
+    fn logged(&mut self, inner: &Inner, written: u64, hdr: u64) -> Next {
+        self.hdr = hdr;
+        if !self.proving {
+            self.written = written;
+            self.cands = inner.state.lock().meta.zones.flushable_frees(written);
+        }
+        Next::Device
+    }
+
+    /// The device flush after [`FlushState::logged`] is done.
+    fn device_flushed(&mut self, inner: &Inner) -> Next {
         let mut st = inner.state.lock();
-        st.meta.log.flushed_seq = st.meta.log.flushed_seq.max(written);
-        st.meta.log.evidence_seq = st.meta.log.evidence_seq.max(hdr);
+        if self.proving {
+            st.meta.log.evidence_seq = st.meta.log.evidence_seq.max(self.hdr);
+            return self.promote(inner, st);
+        }
+        st.meta.log.flushed_seq = st.meta.log.flushed_seq.max(self.written);
+        st.meta.log.evidence_seq = st.meta.log.evidence_seq.max(self.hdr);
         let floor = st.meta.log.evidence_seq.max(st.meta.log.folded_seq);
         // An overwrite in flight may have its data durable (by this flush, or by a later
         // destage) while its record is not: the records it overwrote must not depend on
         // their CRCs.
-        (st.in_place.overlapped(mark) && floor < st.meta.log.flushed_seq)
-            || cands
+        let need_proof = (st.in_place.overlapped(self.mark) && floor < st.meta.log.flushed_seq)
+            || self
+                .cands
                 .iter()
-                .any(|&(z, _)| st.meta.zones.get(z).last_seq >= floor.max(1))
-    };
-    if need_proof && !inner.state.lock().meta.log.has_room(PAYLOAD) {
-        // The commit promotes the zones itself once their records are folded.
-        return commit(inner);
-    }
-    if need_proof {
+                .any(|&(z, _)| st.meta.zones.get(z).last_seq >= floor.max(1));
+        if !need_proof {
+            return self.promote(inner, st);
+        }
+        if !st.meta.log.has_room(PAYLOAD) {
+            // The commit promotes the zones itself once their records are folded.
+            return Next::Commit;
+        }
         // A freed zone gets overwritten once reused, and an overwrite in flight may have
         // landed: replay must then trust (not check) the records that validated the old
         // contents, so make a block proving their flush durable first.
-        let (_, hdr) = log_sync(inner, u64::MAX, true, true)?;
         inner.stats.proof_flushes.fetch_add(1, Ordering::Relaxed);
-        dev_flush(inner)?;
-        let mut st = inner.state.lock();
-        st.meta.log.evidence_seq = st.meta.log.evidence_seq.max(hdr);
+        self.proving = true;
+        Next::Log { force: true }
     }
-    let mut st = inner.state.lock();
-    if st.meta.zones.promote(&cands) > 0 {
-        inner.free_cv.notify_all();
+
+    fn promote(&self, inner: &Inner, mut st: MutexGuard<'_, State>) -> Next {
+        if st.meta.zones.promote(&self.cands) > 0 {
+            inner.free_cv.notify_all();
+        }
+        Next::Done
     }
-    Ok(())
+}
+
+/// A flush whose caller does the device I/O itself, on its own ring (a ublk queue
+/// thread): the steps of [`flush`], handed out one at a time. Its caller's thread must
+/// hold no other [`LogWrite`] meanwhile (it would wait for itself).
+pub struct FlushPlan {
+    inner: Arc<Inner>,
+    state: FlushState,
+    next: Next,
+    /// A [`LogWrite`] was handed out: its result is in the log state by the next step.
+    awaiting_log: bool,
+}
+
+/// What to do for a [`FlushPlan`] next.
+#[derive(Debug)]
+pub enum FlushStep {
+    /// Write these blocks, complete (or fail) the log write, then ask again.
+    Log(LogWrite),
+    /// Flush the device (`fdatasync` of its [`zbd::ReadSource`]'s fd), then
+    /// [`FlushPlan::device_flushed`], then ask again.
+    Device,
+    /// The flush is done: every write completed before it began is durable.
+    Done,
+}
+
+impl FlushPlan {
+    pub(in crate::engine) fn new(inner: &Arc<Inner>) -> FlushPlan {
+        let (state, next) = FlushState::begin(inner, false);
+        FlushPlan {
+            inner: inner.clone(),
+            state,
+            next,
+            awaiting_log: false,
+        }
+    }
+
+    /// The next step. A log write another thread holds, or a commit (the log half full),
+    /// is waited for here, on the caller's thread, as [`flush`] would.
+    pub fn step(&mut self) -> Result<FlushStep, EngineError> {
+        let inner = &*self.inner;
+        if std::mem::take(&mut self.awaiting_log) {
+            // A failed log write failed the engine; a completed one raised written_seq
+            // past every record this flush took (and anything a later write completed).
+            inner.check_failed()?;
+            let (written, hdr) = {
+                let st = inner.state.lock();
+                (st.meta.log.written_seq, st.meta.log.written_header_flushed)
+            };
+            self.next = self.state.logged(inner, written, hdr);
+        }
+        loop {
+            self.next = match self.next {
+                Next::Log { force } => match take_log_write(&self.inner, force)? {
+                    Some(w) => {
+                        self.awaiting_log = true;
+                        return Ok(FlushStep::Log(w));
+                    }
+                    None => {
+                        let (written, hdr) = log_sync(inner, u64::MAX, true, force)?;
+                        self.state.logged(inner, written, hdr)
+                    }
+                },
+                Next::Device => return Ok(FlushStep::Device),
+                Next::Commit => {
+                    commit(inner)?;
+                    Next::Done
+                }
+                Next::Done => return Ok(FlushStep::Done),
+            };
+        }
+    }
+
+    /// The device flush of [`FlushStep::Device`] ended with `result`. A failed one stops
+    /// the engine, as [`dev_flush`] does.
+    pub fn device_flushed(&mut self, result: std::io::Result<()>) -> Result<(), EngineError> {
+        let inner = &*self.inner;
+        let result = result.map_err(|source| zbd::ZbdError::Io {
+            what: "flush on the caller's ring".into(),
+            source,
+        });
+        flush_failed(inner, result)?;
+        self.next = self.state.device_flushed(inner);
+        Ok(())
+    }
+}
+
+impl FlushPlan {
+    /// Test hook: flush the device through the engine's own device (what a caller's ring
+    /// does with an `fdatasync`), then [`FlushPlan::device_flushed`].
+    #[doc(hidden)]
+    pub fn flush_device_for_test(&mut self) -> Result<(), EngineError> {
+        let r = self.inner.dev.flush().map_err(std::io::Error::other);
+        self.device_flushed(r)
+    }
+}
+
+impl std::fmt::Debug for FlushPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlushPlan")
+            .field("next", &self.next)
+            .finish()
+    }
+}
+
+/// The sealed log as a [`LogWrite`] for a ring, if `log_write` is free now.
+fn take_log_write(inner: &Arc<Inner>, force: bool) -> Result<Option<LogWrite>, EngineError> {
+    let Some(w) = inner.log_write.try_lock_arc() else {
+        return Ok(None);
+    };
+    Ok(match take_log(inner, u64::MAX, true, force)? {
+        Take::Blocks { pending, next, hdr } => Some(LogWrite {
+            pending,
+            next,
+            hdr,
+            finished: false,
+            inner: inner.clone(),
+            _w: w,
+        }),
+        Take::Written(..) => unreachable!("a sealing take always gives blocks"),
+    })
 }
 
 /// Flush the device: every write completed before it is durable after it. The one place
