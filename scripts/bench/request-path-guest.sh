@@ -12,12 +12,17 @@
 #   randwrite: 4 KiB random writes at QD16 over 192 MiB of never-written chunks (three:
 #              they fit the conventional zones), time-based;
 #   fsync: 4 KiB random writes at QD1, each followed by fsync, over 64 MiB of another chunk.
+# With ZONEDD_VM_REQUEST_PATH_BASE=/path/to/another/zonedd (a path the guest sees: the host's
+# / is shared), a fifth target "base" runs zonedd's jobs with that binary, for two builds
+# side by side in one boot (ratios zonedd/base).
 # One line per job and run ("request-path: TARGET-ROUND JOB: ..."), zonedd's counters, then
 # a table of medians and the ratios the issue names. fio JSON in $OUT (default $VM_SCRATCH).
 # Run it as a scenario:
 #   scripts/vm-test.sh scripts/bench/request-path-guest.sh
-#   (ZONEDD_VM_REQUEST_PATH_SECS=N per time-based job, default 10; only ZONEDD_VM_* variables
-#   reach the guest)
+#   (ZONEDD_VM_REQUEST_PATH_SECS=N per time-based job, default 10;
+#   ZONEDD_VM_REQUEST_PATH_JOBS="fsync randwrite" runs only those jobs (seqwrite, the fill of
+#   the reads, runs with any read job); ZONEDD_VM_REQUEST_PATH_TARGETS="zonedd base" only
+#   those targets; only ZONEDD_VM_* variables reach the guest)
 # vm-timeout: 2400
 # vm-memory: 4G
 set -euo pipefail
@@ -26,6 +31,10 @@ Z=$(zonedd_bin)
 modprobe ublk_drv
 modprobe dm-zoned
 secs=${ZONEDD_VM_REQUEST_PATH_SECS:-10}
+base=${ZONEDD_VM_REQUEST_PATH_BASE:-}
+only_jobs=${ZONEDD_VM_REQUEST_PATH_JOBS:-}
+only_targets=${ZONEDD_VM_REQUEST_PATH_TARGETS:-}
+[ -z "$base" ] || [ -x "$base" ] || vm_fail "ZONEDD_VM_REQUEST_PATH_BASE: $base is not an executable"
 rounds=${ZONEDD_VM_REQUEST_PATH_ROUNDS:-2}
 out=${OUT:-$VM_SCRATCH}
 mkdir -p "$out"
@@ -79,18 +88,29 @@ counters() { # counters NAME ID
     "$Z" status "$2" --json | python3 -c 'import json,sys
 d = json.load(sys.stdin)
 f, e = d["frontend"], d.get("engine") or {}
-print("request-path: %s: reads %d (hop-free %d, pool %d), writes %d (hop-free %d, retried %d), log blocks %s, proof flushes %s" % (
+print("request-path: %s: reads %d (hop-free %d, pool %d), writes %d (hop-free %d, retried %d), flushes %d (on the ring %s), log blocks %s, proof flushes %s" % (
     sys.argv[1], f["reads"], f["hop_free_reads"], f["pool_reads"], f["writes"],
-    f["hop_free_writes"], f["hop_free_write_retries"], e.get("log_block_writes", "-"),
-    e.get("proof_flushes", "-")))' "$1"
+    f["hop_free_writes"], f["hop_free_write_retries"], f["flushes"], f.get("ring_flushes", "-"),
+    e.get("log_block_writes", "-"), e.get("proof_flushes", "-")))' "$1"
 }
 
-run() { # run NAME floor|zonedd|dm-zoned|raw
+wanted() { # wanted JOB: in ZONEDD_VM_REQUEST_PATH_JOBS (seqwrite: when a read job is)
+    local j
+    for j in $only_jobs; do
+        [ "$j" != "$1" ] || return 0
+        [ "$1" != seqwrite ] || [ "${j#randread}" = "$j" ] || return 0
+    done
+    return 1
+}
+
+run() { # run NAME floor|zonedd|base|dm-zoned|raw
     local name=$1 kind=$2 res dev id="" nr k jobs=(seqwrite randread-qd1 randread-qd16 randwrite fsync)
+    local Z=$Z
+    [ "$kind" != base ] || Z=$base
     case $kind in
-    floor | zonedd)
+    floor | zonedd | base)
         local backend=mem:1536M
-        if [ "$kind" = zonedd ]; then
+        if [ "$kind" != floor ]; then
             "$Z" format --backend "$nb" --force --reserved-seq 2 >/dev/null
             backend=$nb
         fi
@@ -111,10 +131,13 @@ run() { # run NAME floor|zonedd|dm-zoned|raw
         ;;
     esac
     for k in "${jobs[@]}"; do
+        if [ -n "$only_jobs" ] && ! wanted "$k"; then
+            continue
+        fi
         job "$name" "$dev" "$k" "$([ "$kind" = raw ] && echo raw)"
     done
     case $kind in
-    floor | zonedd)
+    floor | zonedd | base)
         counters "$name" "$id"
         "$Z" delete "$id" >/dev/null
         ;;
@@ -123,7 +146,10 @@ run() { # run NAME floor|zonedd|dm-zoned|raw
 }
 
 for ((round = 1; round <= rounds; round++)); do
-    for t in floor zonedd dm-zoned raw; do
+    for t in floor zonedd ${base:+base} dm-zoned raw; do
+        if [ -n "$only_targets" ] && [[ " $only_targets " != *" $t "* ]]; then
+            continue
+        fi
         run "$t-$round" "$t"
     done
 done
@@ -146,7 +172,7 @@ print("request-path: medians (range) per target")
 for j, i, unit in [("seqwrite", 1, "MB/s"), ("randread-qd1", 0, "IOPS"), ("randread-qd16", 0, "IOPS"),
                    ("randwrite", 0, "IOPS"), ("fsync", 4, "fsync p50 us"), ("fsync", 5, "fsync p99 us")]:
     cells = []
-    for t in ["floor", "zonedd", "dm-zoned", "raw"]:
+    for t in ["floor", "zonedd", "base", "dm-zoned", "raw"]:
         m = med(t, j, i)
         if m is not None:
             cells.append("%s %.0f (%s)" % (t, m, spread(t, j, i)))
@@ -157,8 +183,9 @@ def ratio(a, b, j, i):
 print("request-path: ratios of medians")
 for j, i, what in [("randread-qd1", 0, "IOPS"), ("randread-qd16", 0, "IOPS"), ("randwrite", 0, "IOPS"),
                    ("fsync", 4, "fsync p50"), ("fsync", 5, "fsync p99"), ("seqwrite", 1, "MB/s")]:
-    print("request-path: %s %s: zonedd/floor %s, zonedd/dm-zoned %s, floor/dm-zoned %s, zonedd/raw %s, floor/raw %s" % (
+    print("request-path: %s %s: zonedd/floor %s, zonedd/dm-zoned %s, floor/dm-zoned %s, zonedd/raw %s, floor/raw %s, zonedd/base %s" % (
         j, what, ratio("zonedd", "floor", j, i), ratio("zonedd", "dm-zoned", j, i),
-        ratio("floor", "dm-zoned", j, i), ratio("zonedd", "raw", j, i), ratio("floor", "raw", j, i)))
+        ratio("floor", "dm-zoned", j, i), ratio("zonedd", "raw", j, i), ratio("floor", "raw", j, i),
+        ratio("zonedd", "base", j, i)))
 EOF
 echo "request-path: done"

@@ -515,6 +515,18 @@ fn hop_free_writes() -> bool {
     )
 }
 
+/// Flushes on the queue threads' rings (docs/design.md, "Flushes on the ring") are off
+/// unless the daemon's environment has `ZONEDD_RING_FLUSHES=1`: on 6.12 the ring's fsync
+/// runs on an io-wq worker, and write+fsync measured 2.6x slower that way
+/// (docs/PERFORMANCE.md).
+fn ring_flushes() -> bool {
+    let on = std::env::var("ZONEDD_RING_FLUSHES").is_ok_and(|v| v == "1");
+    if on {
+        tracing::info!("flushes on the queue rings (ZONEDD_RING_FLUSHES=1)");
+    }
+    on
+}
+
 /// The capacity of a `mem:SIZE` backend, `None` for any other backend. SIZE is spelled as
 /// every other size option ([`zbd::parse_size`]: `512M`, `512MiB`, `1g`) and is at least
 /// 1 MiB.
@@ -652,6 +664,7 @@ fn daemon_body(
         stats: io_stats.clone(),
         hop_free_reads: hop_free_reads(),
         hop_free_writes: hop_free_writes(),
+        ring_flushes: ring_flushes(),
     });
     let engine_stats = opened.stats;
     let reclaim = opened.reclaim;
@@ -835,6 +848,7 @@ mod tests {
             stats: Arc::new(IoStats::default()),
             hop_free_reads: false,
             hop_free_writes: false,
+            ring_flushes: false,
         });
         // Chunk 0 written whole first: the 8 writes below, in whatever order their threads
         // queue them, are overwrites in place in its buffer zone (no zone emptied, no flush).

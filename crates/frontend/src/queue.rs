@@ -15,11 +15,12 @@
 //!
 //! Flushes run on the queue thread itself. A flush is what fsync waits for, and the two
 //! thread switches of a pool hop were most of its latency (fsync p50 370 -> 216 us in the
-//! VM, docs/PERFORMANCE.md). When the target plans them ([`BlockTarget::plan_flush`]) their
-//! log writes and device flushes (`fdatasync` of fixed file 1) go on the queue's own ring
-//! ([`flush`]), so the thread serves its other tags meanwhile; otherwise the blocking
-//! [`BlockTarget::flush`] holds the thread until it is done. The engine orders concurrent
-//! flushes itself.
+//! VM, docs/PERFORMANCE.md). With `QueueShared::ring_flushes` and a target that plans them
+//! ([`BlockTarget::plan_flush`]) their log writes and device flushes (`fdatasync` of fixed
+//! file 1) go on the queue's own ring ([`flush`]), so the thread serves its other tags
+//! meanwhile; otherwise (the daemon's default: measured faster on 6.12, where the ring's
+//! fsync runs on an io-wq thread) the blocking [`BlockTarget::flush`] holds the thread
+//! until it is done. The engine orders concurrent flushes itself.
 //!
 //! Reads run on the queue thread too when they can without waiting ("hop-free",
 //! [`read_hop_free`]): the target plans every piece at once ([`BlockTarget::plan_read`]:
@@ -169,6 +170,12 @@ pub struct QueueShared {
     /// Make writes on the queue threads' own rings when nothing must wait
     /// ([`BlockTarget::plan_write`]); false: every write goes through the pool.
     pub hop_free_writes: bool,
+    /// Put flushes' log writes and device flushes on the queue threads' own rings when the
+    /// target plans them ([`BlockTarget::plan_flush`]); false: the blocking
+    /// [`BlockTarget::flush`] on the queue thread. Off by default in the daemon: 6.12's
+    /// io_uring runs an `IORING_OP_FSYNC` on an io-wq worker, a thread switch each way,
+    /// which made write+fsync 2.6x slower in the VM (docs/PERFORMANCE.md).
+    pub ring_flushes: bool,
 }
 
 /// Body of one queue thread (`q_fn` of `run_target`). Returns when the queue is down.
@@ -722,13 +729,13 @@ async fn sync_on_ring<R: RingIo>(
 /// in flight: it holds the target's log writer). With a ring and a target that plans it
 /// ([`BlockTarget::plan_flush`]), its log writes and device flushes go on the ring, so
 /// that the thread serves other tags meanwhile; otherwise [`BlockTarget::flush`] blocks
-/// the thread until it is done. `hop_free_writes` off: always the latter.
+/// the thread until it is done. `ring_flushes` off: always the latter.
 async fn flush<R: RingIo>(ring: Option<&R>, shared: &QueueShared) -> Result<(), i32> {
     let Some(ring) = ring else {
         return shared.target.flush();
     };
     let _g = ring.log_gate().lock().await;
-    let plan = match shared.hop_free_writes {
+    let plan = match shared.ring_flushes {
         true => shared.target.plan_flush(),
         false => None,
     };
@@ -820,6 +827,7 @@ mod tests {
             stats: Arc::new(IoStats::default()),
             hop_free_reads: hop_free,
             hop_free_writes: hop_free,
+            ring_flushes: hop_free,
         }
     }
 
@@ -967,6 +975,7 @@ mod tests {
             stats: Arc::new(IoStats::default()),
             hop_free_reads: true,
             hop_free_writes: true,
+            ring_flushes: true,
         });
         let writers: Vec<_> = (0..3u64)
             .map(|i| {
@@ -1071,6 +1080,7 @@ mod tests {
             stats: Arc::new(IoStats::default()),
             hop_free_reads: true,
             hop_free_writes: true,
+            ring_flushes: true,
         };
         let c = Arc::new(TagCompletion::new(Arc::new(Kicker::new().unwrap())));
         let buf = Arc::new(IoBuf::<u8>::new(1 << 16));
@@ -1251,6 +1261,7 @@ mod tests {
             stats: Arc::new(IoStats::default()),
             hop_free_reads: hop_free,
             hop_free_writes: hop_free,
+            ring_flushes: hop_free,
         }
     }
 
@@ -1605,6 +1616,7 @@ mod tests {
             stats: Arc::new(IoStats::default()),
             hop_free_reads: hop_free,
             hop_free_writes: hop_free,
+            ring_flushes: hop_free,
         };
         let ring = PreadRing {
             fd: t.read_fd().unwrap(),
