@@ -122,8 +122,7 @@ fn only_writes_that_need_nothing_first_are_planned() {
         e.plan_write((3 * chunk - 1) * B, &zeros(2 * B)).is_none(),
         "crosses a chunk end"
     );
-    // The engine's own flush (reclaim's) leaves them unproven; a user's proves them.
-    e.debug_engine_flush().unwrap();
+    e.flush().unwrap();
     assert!(
         e.plan_write((at + 1) * B, &zeros(B)).is_none(),
         "flushed records not proven yet need a proof block first"
@@ -452,8 +451,8 @@ fn a_flush_on_the_caller_s_ring_makes_writes_durable() {
     e.write(at * B, &data(1, at, 2), false).unwrap();
     assert_eq!(
         flush_on_ring(&e, &*dev),
-        (2, 2),
-        "the log and a device flush, then the proof of the write in place"
+        (1, 1),
+        "one log write, one device flush"
     );
     e.crash_for_test();
     // Everything not flushed is lost: the write and its record must have been.
@@ -515,34 +514,4 @@ fn a_device_flush_failed_on_the_caller_s_ring_stops_the_engine() {
     assert!(e.write(at * B, &data(2, at, 1), false).is_err());
     assert!(e.flush().is_err());
     e.crash_for_test();
-}
-
-/// A user's flush proves at once what it flushed for writes in place, so that the next
-/// overwrite in place of the zone is planned (hop-free) instead of needing a flush with
-/// evidence of its own first; a flush with nothing in place to prove has no proof round.
-#[test]
-fn a_user_flush_proves_writes_in_place_so_the_next_overwrite_is_planned() {
-    let dev = formatted_mem(1024, 16, 6, 2);
-    let e = open(dev.clone(), opts());
-    let at = e.chunk_size() / B + 7;
-    e.write(at * B, &data(1, at, 1), false).unwrap();
-    let proofs = e.stats().proof_flushes;
-    assert_eq!(flush_on_ring(&e, &*dev), (2, 2));
-    assert_eq!(e.stats().proof_flushes, proofs + 1);
-    let second = data(2, at + 1, 1);
-    let plan = e
-        .plan_write((at + 1) * B, &second)
-        .expect("the zone's records are proven: the overwrite is planned");
-    plan.write_for_test(&second).unwrap();
-    e.sync(plan.complete(&second).unwrap()).unwrap();
-    e.flush().unwrap();
-    assert_eq!(
-        e.stats().proof_flushes,
-        proofs + 2,
-        "the blocking flush too"
-    );
-    assert!(e.plan_write(at * B, &data(3, at, 1)).is_some());
-    assert_eq!(flush_on_ring(&e, &*dev), (1, 1), "nothing new to prove");
-    assert_eq!(read(&e, at, 2), [data(1, at, 1), second].concat());
-    close(e);
 }

@@ -542,7 +542,7 @@ impl Engine {
     pub fn flush(&self) -> Result<(), EngineError> {
         self.inner.check_failed()?;
         self.inner.stats.flushes.fetch_add(1, Ordering::Relaxed);
-        durability::user_flush(&self.inner)
+        durability::flush(&self.inner, false)
     }
 
     /// [`Engine::flush`] for a caller that does its device I/O on its own ring: the same
@@ -632,14 +632,6 @@ impl Engine {
     #[doc(hidden)]
     pub fn debug_commit(&self) -> Result<(), EngineError> {
         durability::commit(&self.inner)
-    }
-
-    /// Test hook: a flush as the engine's own code runs one (reclaim, a zone's first
-    /// write): unlike [`Engine::flush`] it leaves what it flushed for writes in place
-    /// unproven.
-    #[doc(hidden)]
-    pub fn debug_engine_flush(&self) -> Result<(), EngineError> {
-        durability::flush(&self.inner, false)
     }
 
     /// Ask reclaim to run a pass now, whatever the watermarks say.

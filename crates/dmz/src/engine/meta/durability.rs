@@ -276,17 +276,7 @@ fn write_blocks(inner: &Inner, blocks: &[(u64, Box<[u8; BLOCK]>)]) -> Result<(),
 /// Runs [`FlushState`]'s steps on this thread; [`FlushPlan`] runs the same steps for a
 /// caller that does the device I/O on its own ring.
 pub(in crate::engine) fn flush(inner: &Inner, evidence: bool) -> Result<(), EngineError> {
-    run_flush(inner, FlushState::begin(inner, evidence, false))
-}
-
-/// A user's flush ([`Engine::flush`](crate::engine::Engine::flush)): [`flush`], which also
-/// proves at once the records it flushed for writes in place (see
-/// [`FlushState::prove_in_place`]).
-pub(in crate::engine) fn user_flush(inner: &Inner) -> Result<(), EngineError> {
-    run_flush(inner, FlushState::begin(inner, false, true))
-}
-
-fn run_flush(inner: &Inner, (mut f, mut next): (FlushState, Next)) -> Result<(), EngineError> {
+    let (mut f, mut next) = FlushState::begin(inner, evidence);
     loop {
         next = match next {
             Next::Log { force } => {
@@ -328,13 +318,6 @@ struct FlushState {
     cands: Vec<(ZoneId, u64)>,
     /// The log write of the proof round is out (the second device flush is its last step).
     proving: bool,
-    /// Prove what this flush flushed for writes in place into conventional zones, in the
-    /// same flush: without it the next overwrite in place of such a zone finds its record
-    /// flushed but unproven and must first run a flush with evidence of its own (off the
-    /// queue thread's ring: a pool hop and two more device round trips after the user's
-    /// flush, measured on every write+fsync). A user flush asks for it; the engine's own
-    /// flushes (reclaim, a zone's first write) do not.
-    prove_in_place: bool,
     /// Records below this are in the log (raised into flushed_seq by the device flush).
     written: u64,
     /// The flushed_seq in the header of the last log block written.
@@ -342,13 +325,12 @@ struct FlushState {
 }
 
 impl FlushState {
-    fn begin(inner: &Inner, evidence: bool, prove_in_place: bool) -> (FlushState, Next) {
+    fn begin(inner: &Inner, evidence: bool) -> (FlushState, Next) {
         let st = inner.state.lock();
         let f = FlushState {
             mark: st.in_place.mark(),
             cands: Vec::new(),
             proving: false,
-            prove_in_place,
             written: 0,
             hdr: 0,
         };
@@ -385,9 +367,7 @@ impl FlushState {
         // An overwrite in flight may have its data durable (by this flush, or by a later
         // destage) while its record is not: the records it overwrote must not depend on
         // their CRCs.
-        let unproven = floor < st.meta.log.flushed_seq;
-        let need_proof = (st.in_place.overlapped(self.mark) && unproven)
-            || (self.prove_in_place && unproven && st.meta.zones.in_place_seq() >= floor.max(1))
+        let need_proof = (st.in_place.overlapped(self.mark) && floor < st.meta.log.flushed_seq)
             || self
                 .cands
                 .iter()
@@ -440,7 +420,7 @@ pub enum FlushStep {
 
 impl FlushPlan {
     pub(in crate::engine) fn new(inner: &Arc<Inner>) -> FlushPlan {
-        let (state, next) = FlushState::begin(inner, false, true);
+        let (state, next) = FlushState::begin(inner, false);
         FlushPlan {
             inner: inner.clone(),
             state,

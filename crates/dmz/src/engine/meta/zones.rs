@@ -77,9 +77,6 @@ pub(super) struct Zones {
     /// Per drive, the sequential zones recently taken from it: those still owned and not
     /// full are its streams and reclaim destinations being written (its load).
     taken: Vec<VecDeque<ZoneId>>,
-    /// The largest `last_seq` of a conventional zone: the newest record that validated
-    /// blocks written in place (what a user flush proves at once, `durability`).
-    in_place_seq: u64,
 }
 
 /// Zones remembered per drive in [`Zones::taken`]: more than a drive has streams.
@@ -134,7 +131,6 @@ impl Zones {
             born: Instant::now(),
             drives: Vec::new(),
             taken: Vec::new(),
-            in_place_seq: 0,
         }
     }
 
@@ -242,11 +238,6 @@ impl Zones {
                 * std::mem::size_of::<ZoneId>()
     }
 
-    /// See [`Zones::in_place_seq`](Zones).
-    pub fn in_place_seq(&self) -> u64 {
-        self.in_place_seq
-    }
-
     /// A metadata zone of the v2 sets (at load).
     pub fn set_meta(&mut self, zone: ZoneId) {
         self.z[zone.idx()].role = Role::Meta;
@@ -261,9 +252,6 @@ impl Zones {
         let zi = &mut self.z[zone.idx()];
         zi.weight += valid;
         zi.last_seq = seq;
-        if !zi.seq {
-            self.in_place_seq = self.in_place_seq.max(seq);
-        }
         if valid > 0 {
             zi.last_new_seq = seq;
         }
