@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 13's targets in one boot, each target on a fresh volume, the targets alternating,
-# ZONEDD_VM_REQUEST_PATH_ROUNDS rounds (default 2):
+# Issue 13's targets in one boot, each target on a fresh volume, the targets alternating
+# (even rounds in reverse order), ZONEDD_VM_REQUEST_PATH_ROUNDS rounds (default 2):
 #   floor:    zonedd's in-memory target (`--backend mem:1536M`), served on the queue threads
 #             (no pool, no eventfd, no device): the ublk round trip alone on this kernel;
 #   zonedd:   zonedd on a null_blk zoned device (1.5 GiB, 64 MiB zones, 8 conventional);
@@ -145,8 +145,16 @@ run() { # run NAME floor|zonedd|base|dm-zoned|raw
     esac
 }
 
+order=(floor zonedd ${base:+base} dm-zoned raw)
 for ((round = 1; round <= rounds; round++)); do
-    for t in floor zonedd ${base:+base} dm-zoned raw; do
+    # Even rounds in reverse order: no target always runs first on a fresh null_blk.
+    if ((round % 2 == 0)); then
+        targets=()
+        for ((i = ${#order[@]} - 1; i >= 0; i--)); do targets+=("${order[i]}"); done
+    else
+        targets=("${order[@]}")
+    fi
+    for t in "${targets[@]}"; do
         if [ -n "$only_targets" ] && [[ " $only_targets " != *" $t "* ]]; then
             continue
         fi
