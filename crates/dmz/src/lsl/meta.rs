@@ -1,0 +1,131 @@
+//! The one owner of a log-layout volume's metadata state: index, zone table and frontiers,
+//! metadata log buffer, clock and checkpoint generation. Every change goes through a record
+//! ([`Meta::apply`]), the same function on the live path and at replay.
+
+use crate::engine::ids::{Lba, ZoneId};
+use crate::engine::meta::log::LogBuf;
+
+use super::index::Index;
+use super::layout::{Layout, Pba};
+use super::record::LogRec;
+use super::zones::{Frontier, ZoneState, Zones};
+
+/// Where a record is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ctx {
+    /// On the running engine: a zone opened becomes its class's frontier.
+    Live,
+    /// At open: records already folded into a page's on-disk copy are skipped for it, and
+    /// frontiers are settled after the whole log (`open::settle_zones`).
+    Replay,
+}
+
+pub(crate) struct Meta {
+    pub layout: Layout,
+    pub index: Index,
+    pub zones: Zones,
+    pub log: LogBuf<LogRec>,
+    /// User blocks written since format (the age of zones for cost-benefit).
+    pub clock: u64,
+    /// Generation of the last checkpoint; the log's epoch.
+    pub gen: u64,
+}
+
+impl Meta {
+    /// Apply record `seq`. `landed[i]` says whether block `i` of an `Append` is on the device
+    /// (all true on the live path; replay checks unproven records).
+    pub fn apply(&mut self, rec: &LogRec, seq: u64, ctx: Ctx, landed: &[bool]) {
+        match *rec {
+            LogRec::Append {
+                lba,
+                zone,
+                off,
+                ref crcs,
+            } => {
+                for (i, ok) in landed.iter().enumerate().take(crcs.len()) {
+                    if *ok {
+                        let to = self.layout.pba(zone, off + i as u32);
+                        self.remap(Lba(lba.0 + i as u32), Some(to), seq, ctx);
+                    }
+                }
+                self.clock += crcs.len() as u64;
+                self.zones.get_mut(zone).last_append = self.clock;
+            }
+            LogRec::Move { lba, n, zone, off } => {
+                for i in 0..n {
+                    let to = self.layout.pba(zone, off + i);
+                    self.remap(Lba(lba.0 + i), Some(to), seq, ctx);
+                }
+                self.zones.get_mut(zone).last_append = self.clock;
+            }
+            LogRec::Trim { lba, n } => {
+                for i in 0..n {
+                    self.remap(Lba(lba.0 + i), None, seq, ctx);
+                }
+            }
+            LogRec::ZoneOpen { zone, class } => {
+                let data_blocks = self.layout.data_blocks();
+                let z = self.zones.get_mut(zone);
+                z.state = ZoneState::Open(class);
+                z.last_append = self.clock;
+                if ctx == Ctx::Live {
+                    debug_assert!(!z.needs_reset);
+                    *self.zones.frontier(class) = Some(Frontier::new(zone, 0, data_blocks));
+                }
+            }
+            LogRec::ZoneFree { zone } => {
+                let z = self.zones.get_mut(zone);
+                debug_assert!(
+                    ctx == Ctx::Replay || z.valid == 0,
+                    "freed zone {zone} has valid blocks"
+                );
+                z.state = ZoneState::Free;
+                z.needs_reset = true;
+            }
+        }
+    }
+
+    /// Point `lba` at `to`, moving one valid block from its old zone to the new one.
+    fn remap(&mut self, lba: Lba, to: Option<Pba>, seq: u64, ctx: Ctx) {
+        if ctx == Ctx::Replay && seq < self.index.page_seq(Layout::page_of(lba).0) {
+            return;
+        }
+        if let Some(old) = self.index.set(lba, to) {
+            let z = self.layout.zone_of(old).0;
+            let v = &mut self.zones.get_mut(z).valid;
+            *v = v.saturating_sub(1);
+        }
+        if let Some(t) = to {
+            self.zones.get_mut(self.layout.zone_of(t).0).valid += 1;
+        }
+    }
+
+    /// Valid counts from the index (at open: the zone table's are as of the checkpoint).
+    pub fn recount_valid(&mut self) {
+        for z in &mut self.zones.info {
+            z.valid = 0;
+        }
+        let counts: Vec<ZoneId> = self
+            .index
+            .mapped()
+            .map(|(_, p)| self.layout.zone_of(p).0)
+            .collect();
+        for z in counts {
+            self.zones.get_mut(z).valid += 1;
+        }
+    }
+
+    /// For each zone in `zones`, the logical block each data block holds per the index
+    /// (`NONE` where nothing live): the summary of an open zone rebuilt at open, or a
+    /// summary block that fails its CRC.
+    pub fn reverse_map(&self, zone: ZoneId) -> Vec<u32> {
+        let mut s = vec![super::layout::NONE; self.layout.data_blocks() as usize];
+        for (lba, p) in self.index.mapped() {
+            let (z, off) = self.layout.zone_of(p);
+            if z == zone && (off as usize) < s.len() {
+                s[off as usize] = lba.0;
+            }
+        }
+        s
+    }
+}
