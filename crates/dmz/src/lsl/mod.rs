@@ -137,6 +137,15 @@ impl LogEngine {
         self.checkpoint()
     }
 
+    /// Test hook: checkpoint now (what a full log half or close does), whatever is
+    /// unflushed.
+    #[doc(hidden)]
+    pub fn debug_checkpoint(&self) -> Result<(), EngineError> {
+        self.check_failed()?;
+        let _w = self.wlock.lock();
+        self.checkpoint()
+    }
+
     pub fn stats(&self) -> LogStats {
         let st = self.state.lock();
         let z = &st.zones;
