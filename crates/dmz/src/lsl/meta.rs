@@ -2,12 +2,12 @@
 //! metadata log buffer, clock and checkpoint generation. Every change goes through a record
 //! ([`Meta::apply`]), the same function on the live path and at replay.
 
-use crate::engine::ids::{Lba, ZoneId};
+use crate::engine::ids::{Lba, ZoneId, BLOCK};
 use crate::engine::meta::log::LogBuf;
 
 use super::index::Index;
 use super::layout::{Layout, Pba};
-use super::record::LogRec;
+use super::record::{Class, LogRec};
 use super::zones::{Frontier, ZoneState, Zones};
 
 /// Where a record is applied.
@@ -105,13 +105,8 @@ impl Meta {
         for z in &mut self.zones.info {
             z.valid = 0;
         }
-        let counts: Vec<ZoneId> = self
-            .index
-            .mapped()
-            .map(|(_, p)| self.layout.zone_of(p).0)
-            .collect();
-        for z in counts {
-            self.zones.get_mut(z).valid += 1;
+        for (_, p) in self.index.mapped() {
+            self.zones.info[self.layout.zone_of(p).0.idx()].valid += 1;
         }
     }
 
@@ -127,5 +122,43 @@ impl Meta {
             }
         }
         s
+    }
+
+    /// See `LogEngine::debug_check`; `zones` is the device's report.
+    pub fn check(&self, zones: &[zbd::Zone]) -> Result<(), String> {
+        let l = &self.layout;
+        let wp = |z: ZoneId| ((zones[z.idx()].wp - zones[z.idx()].start) / BLOCK as u64) as u32;
+        let mut valid = vec![0u32; self.zones.info.len()];
+        for (lba, p) in self.index.mapped() {
+            let (z, off) = l.zone_of(p);
+            let state = self.zones.get(z).state;
+            let ok = match state {
+                ZoneState::Open(_) => off < wp(z).min(l.data_blocks()),
+                ZoneState::Full => off < l.data_blocks(),
+                _ => false,
+            };
+            if !ok {
+                return Err(format!("block {} maps to {z}:{off} ({state:?})", lba.0));
+            }
+            valid[z.idx()] += 1;
+        }
+        for (z, i) in self.zones.info.iter().enumerate() {
+            if i.valid != valid[z] {
+                return Err(format!("zone {z}: valid {} counted {}", i.valid, valid[z]));
+            }
+        }
+        for (c, f) in self.zones.frontiers.iter().enumerate() {
+            if let Some(f) = f {
+                if self.zones.get(f.zone).state != ZoneState::Open(Class::ALL[c])
+                    || f.wp != wp(f.zone)
+                {
+                    return Err(format!(
+                        "frontier {c} at {}:{} disagrees with the device",
+                        f.zone, f.wp
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }

@@ -146,6 +146,15 @@ impl LogEngine {
         self.checkpoint()
     }
 
+    /// Test hook: the state's invariants (valid counts match the index, every mapped block
+    /// lies in the written data part of an open or full zone, frontiers match the device's
+    /// write pointers). Call with no request in flight.
+    #[doc(hidden)]
+    pub fn debug_check(&self) -> Result<(), String> {
+        let zones = self.dev.report_all().map_err(|e| e.to_string())?;
+        self.state.lock().check(&zones)
+    }
+
     pub fn stats(&self) -> LogStats {
         let st = self.state.lock();
         let z = &st.zones;
