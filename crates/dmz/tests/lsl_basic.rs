@@ -184,3 +184,77 @@ fn requests_must_be_aligned_and_within_capacity() {
     assert!(e.write(e.capacity(), &buf, false).is_err());
     assert!(e.discard(0, 100).is_err());
 }
+
+/// Writers on disjoint ranges, readers everywhere, flushes among them, GC running under
+/// them: every block a reader sees is an intact pattern of its own block (or zeros), and
+/// at the end (and after a crash and reopen) each writer's blocks hold its last writes.
+#[test]
+fn concurrent_writers_and_readers_with_gc() {
+    let dev = formatted_lsl(256, 40, 4, 64);
+    let e = Arc::new(lopen(dev.clone()));
+    let blocks = e.capacity() / BS as u64;
+    let writers = 4u64;
+    let span = blocks / writers;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|t| {
+            let (e, stop) = (e.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rng = StdRng::seed_from_u64(100 + t);
+                let mut buf = vec![0u8; 16 * BS];
+                let mut reads = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let start = rng.gen_range(0..blocks - 16);
+                    e.read(start * BS as u64, &mut buf).unwrap();
+                    for (i, b) in buf.chunks(BS).enumerate() {
+                        block_id(b, start + i as u64).unwrap_or_else(|m| panic!("{m}"));
+                    }
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    let handles: Vec<_> = (0..writers)
+        .map(|w| {
+            let e = e.clone();
+            std::thread::spawn(move || {
+                let mut rng = StdRng::seed_from_u64(w);
+                let mut ids = vec![0u64; span as usize];
+                for i in 0..3000u64 {
+                    let n = rng.gen_range(1..=4);
+                    let off = rng.gen_range(0..=span - n);
+                    let id = (w << 32) | (i + 1);
+                    match rng.gen_range(0..20) {
+                        0 => e.flush().unwrap(),
+                        1 => {
+                            e.discard((w * span + off) * BS as u64, n * BS as u64)
+                                .unwrap();
+                            ids[off as usize..(off + n) as usize].fill(0);
+                        }
+                        k => {
+                            lwrite(&e, w * span + off, n, id, k == 2);
+                            ids[off as usize..(off + n) as usize].fill(id);
+                        }
+                    }
+                }
+                ids
+            })
+        })
+        .collect();
+    let mut m = LModel::new(&e);
+    for (w, h) in handles.into_iter().enumerate() {
+        let ids = h.join().unwrap();
+        m.ids[w * span as usize..(w + 1) * span as usize].copy_from_slice(&ids);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    m.verify(&e);
+    let s = e.stats();
+    eprintln!("{reads} concurrent reads; {s:?}");
+    assert!(s.gc_zones_freed > 0);
+    e.debug_check().unwrap();
+    drop(e);
+    let e = lopen(dev);
+    m.verify(&e);
+}
