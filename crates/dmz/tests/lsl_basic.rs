@@ -258,3 +258,25 @@ fn concurrent_writers_and_readers_with_gc() {
     let e = lopen(dev);
     m.verify(&e);
 }
+
+/// The v2 code refuses a log-layout volume as such (not "not formatted", which invites a
+/// format), and `check --repair` leaves it alone.
+#[test]
+fn the_v2_code_refuses_a_log_layout_volume() {
+    let dev = formatted_lsl(256, 32, 4, 64);
+    let e = lopen(dev.clone());
+    let mut m = LModel::new(&e);
+    m.write(&e, 0, 9, 1, true);
+    e.close().unwrap();
+    let err = dmz::sets::load(&*dev).err().unwrap().to_string();
+    assert!(err.contains("a log-layout volume"), "{err}");
+    let err = dmz::check::check(&*dev, true).err().unwrap().to_string();
+    assert!(err.contains("a log-layout volume"), "{err}");
+    let err = dmz::engine::Engine::open(dev.clone(), test_opts())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("a log-layout volume"), "{err}");
+    let e = lopen(dev);
+    m.verify(&e);
+}
