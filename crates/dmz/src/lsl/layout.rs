@@ -397,6 +397,14 @@ pub(crate) fn decode_sb(
         clock: raw.clock.get(),
     };
     check_sb_fields(&l, raw, geo)?;
+    let data_zones = zones.iter().filter(|z| is_data_zone(z)).count() as u64;
+    let most = data_zones.saturating_sub(MAX_FRONTIERS as u64 + 1) * l.data_blocks() as u64;
+    if l.user_blocks == 0 || l.user_blocks > most {
+        return Err(format!(
+            "exposed capacity {} blocks does not fit the device's {data_zones} data zones",
+            l.user_blocks
+        ));
+    }
     Ok((l, c))
 }
 
@@ -598,4 +606,90 @@ pub(crate) fn decode_summary(zone: ZoneId, index: u32, b: &[u8]) -> Option<[u32;
         && raw.zone.get() == zone.0
         && raw.index.get() == index;
     ok.then(|| raw.lba.map(|v| v.get()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zbd::MemDevice;
+
+    fn device() -> MemDevice {
+        MemDevice::with_zones(256 << 10, 32, 4).unwrap()
+    }
+
+    fn layout(dev: &MemDevice) -> (Layout, Vec<Zone>) {
+        let zones = dev.report_all().unwrap();
+        let l = Layout::compute(
+            &zones,
+            &dev.geometry(),
+            &FormatOptions {
+                log_blocks: 64,
+                ..FormatOptions::default()
+            },
+        )
+        .unwrap();
+        (l, zones)
+    }
+
+    #[test]
+    fn sizes_follow_the_device() {
+        let dev = device();
+        let (l, _) = layout(&dev);
+        // 28 data zones of 64 blocks: 63 data + 1 summary; 3 zones kept out; 7 % OP.
+        assert_eq!((l.summary_blocks, l.data_blocks()), (1, 63));
+        assert_eq!(l.user_blocks, (25.0 * 63.0 / 1.07f64).floor() as u64);
+        assert_eq!(l.nr_pages, 2);
+        assert_eq!((l.dir_blocks, l.zt_blocks), (1, 1));
+        assert_eq!((l.log_start(), l.page_start()), (6, 70));
+        assert_eq!(l.conv_needed(), 72);
+        assert_eq!(l.conv_offset(65), (64 + 1) * BLOCK as u64);
+    }
+
+    #[test]
+    fn superblock_round_trips_and_guards_its_slot() {
+        let dev = device();
+        let (l, zones) = layout(&dev);
+        let c = Checkpoint {
+            gen: 7,
+            ckpt_seq: 99,
+            clock: 1234,
+        };
+        let b = encode_sb(&l, &c);
+        let (l2, c2) = decode_sb(&b[..], 1, &zones, &dev.geometry()).unwrap();
+        assert_eq!((l2, c2), (l.clone(), c));
+        assert!(decode_sb(&b[..], 0, &zones, &dev.geometry())
+            .unwrap_err()
+            .contains("generation 7 in slot 0"));
+        let mut bad = b.clone();
+        bad[200] ^= 1;
+        assert_eq!(
+            decode_sb(&bad[..], 1, &zones, &dev.geometry()).unwrap_err(),
+            "bad CRC"
+        );
+        // Same fields, another device shape: refused.
+        let other = MemDevice::with_zones(256 << 10, 33, 4).unwrap();
+        let z = other.report_all().unwrap();
+        assert!(decode_sb(&b[..], 1, &z, &other.geometry())
+            .unwrap_err()
+            .contains("zone count"));
+    }
+
+    #[test]
+    fn pages_directory_and_summaries_reject_the_wrong_place() {
+        let mut e = [NONE; ENTRIES];
+        e[5] = 77;
+        let p = encode_page(PageId(3), 42, &e);
+        let (seq, got) = decode_page(PageId(3), &p[..]).unwrap();
+        assert_eq!((seq, got[5], got[6]), (42, 77, NONE));
+        assert!(decode_page(PageId(4), &p[..]).is_err());
+        let d = encode_dir(1, 9, &e);
+        assert_eq!(decode_dir(1, 9, &d[..]).unwrap()[5], 77);
+        assert!(decode_dir(0, 9, &d[..]).is_err());
+        assert!(decode_dir(1, 8, &d[..]).unwrap_err().contains("generation"));
+        let s = encode_summary(ZoneId(6), 0, &[10, 11]);
+        let got = decode_summary(ZoneId(6), 0, &s[..]).unwrap();
+        assert_eq!((got[0], got[1], got[2]), (10, 11, NONE));
+        assert!(decode_summary(ZoneId(7), 0, &s[..]).is_none());
+        assert!(decode_summary(ZoneId(6), 1, &s[..]).is_none());
+    }
 }

@@ -121,6 +121,12 @@ impl LogEngine {
         let zones = dev.report_all()?;
         let (layout, ck) = read_superblock(&*dev, &zones)?;
         let mut meta = load_checkpoint(&*dev, &layout, &ck)?;
+        // A zone the device does not offer for data is never one, whatever the table says.
+        for (z, info) in meta.zones.info.iter_mut().enumerate() {
+            if !zones.get(z).is_some_and(is_data_zone) {
+                info.state = ZoneState::Unusable;
+            }
+        }
         let wps: Vec<u32> = zones
             .iter()
             .map(|z| ((z.wp - z.start) / BLOCK as u64) as u32)

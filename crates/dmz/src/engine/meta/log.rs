@@ -20,7 +20,7 @@ use super::super::ids::BLOCK;
 use super::record::Rec;
 pub(crate) use super::record::{Reader, Writer};
 
-pub(crate) const LOG_MAGIC: u32 = 0x474C_5A44; // "DZLG"
+pub(super) const LOG_MAGIC: u32 = 0x474C_5A44; // "DZLG"
 
 /// The records one version of the log carries: a log block holds records of one set only,
 /// and its header's `version` says which.
@@ -62,7 +62,7 @@ struct RawHeader {
     reserved: U32,
 }
 
-pub(crate) const HEADER: usize = std::mem::size_of::<RawHeader>();
+pub(super) const HEADER: usize = std::mem::size_of::<RawHeader>();
 const _: () = assert!(HEADER == 80);
 const CRC_AT: usize = std::mem::offset_of!(RawHeader, crc);
 /// Bytes available for records in one block.
@@ -85,7 +85,7 @@ pub(crate) struct BlockHeader {
 }
 
 /// Build a block image: header (of `version`) + encoded records (`payload`, `nr` of them).
-pub(crate) fn encode_block(
+pub(super) fn encode_block(
     version: u32,
     h: &BlockHeader,
     payload: &[u8],
@@ -116,7 +116,7 @@ pub(crate) fn encode_block(
 
 /// Decode a block: header and records, or None when it is not a valid log block of `R`'s
 /// version (bad magic, version or CRC, undecodable records).
-pub(crate) fn decode_block<R: RecordSet>(b: &[u8]) -> Option<(BlockHeader, Vec<R>)> {
+pub(super) fn decode_block<R: RecordSet>(b: &[u8]) -> Option<(BlockHeader, Vec<R>)> {
     if b.len() != BLOCK {
         return None;
     }
@@ -160,36 +160,36 @@ pub(crate) fn decode_block<R: RecordSet>(b: &[u8]) -> Option<(BlockHeader, Vec<R
 /// In-memory tail of the log: the block being filled and the full blocks not yet written;
 /// `R` is the record set.
 pub(crate) struct LogBuf<R: RecordSet> {
-    pub(crate) uuid: [u8; 16],
-    pub(crate) epoch: u64,
+    pub(super) uuid: [u8; 16],
+    pub(super) epoch: u64,
     /// Blocks per half.
-    pub(crate) cap: u64,
+    pub(super) cap: u64,
     /// Absolute 4 KiB block of block 0 of each half (the tail of set 0 and set 1).
-    pub(crate) base: [u64; 2],
-    pub(crate) cur_idx: u64,
-    pub(crate) cur_first_seq: u64,
-    pub(crate) cur_payload: Vec<u8>,
-    pub(crate) cur_nr: u32,
+    pub(super) base: [u64; 2],
+    pub(super) cur_idx: u64,
+    pub(super) cur_first_seq: u64,
+    pub(super) cur_payload: Vec<u8>,
+    pub(super) cur_nr: u32,
     /// Records of the current block in the last image of it handed out for writing.
-    pub(crate) cur_written: u32,
+    pub(super) cur_written: u32,
     /// Sealed blocks waiting to be written: (absolute block, image).
-    pub(crate) sealed: Vec<(u64, Box<[u8; BLOCK]>)>,
+    pub(super) sealed: Vec<(u64, Box<[u8; BLOCK]>)>,
     pub(crate) next_seq: u64,
-    pub(crate) epoch_start_seq: u64,
+    pub(super) epoch_start_seq: u64,
     /// Records below this were covered by a completed device flush.
     pub(crate) flushed_seq: u64,
     /// A durable log block proves records below this were flushed (see design.md).
-    pub(crate) evidence_seq: u64,
+    pub(super) evidence_seq: u64,
     /// Records below this are folded into the committed sets.
-    pub(crate) folded_seq: u64,
+    pub(super) folded_seq: u64,
     /// Records below this are written to the device (not necessarily durable).
     pub(crate) written_seq: u64,
     /// `flushed_seq` carried by the last log block written.
     pub(crate) written_header_flushed: u64,
-    pub(crate) blocks_written: u64,
+    pub(super) blocks_written: u64,
     /// Force the next commit to start a new epoch (set at load: the replayed halves must
     /// not be appended to).
-    pub(crate) needs_switch: bool,
+    pub(super) needs_switch: bool,
     records: PhantomData<fn(R) -> R>,
 }
 
