@@ -9,7 +9,7 @@ use zbd::ZoneOp;
 
 use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 
-use super::layout::{decode_summary, ENTRIES, NONE};
+use super::layout::{decode_summary, ENTRIES};
 use super::record::{Class, LogRec};
 use super::{EngineError, LogEngine};
 
@@ -48,25 +48,36 @@ impl LogEngine {
     }
 
     /// The victim's live blocks as (logical block, offset in the victim), in logical order:
-    /// its summary's entries that the index still maps there.
+    /// its summary's entries that the index still maps there. Should the summary miss some
+    /// (the valid count says so: only damaged metadata does that), the index is searched
+    /// instead, so GC never frees a zone the index still maps into.
     fn live_blocks(&self, victim: ZoneId) -> Result<Vec<(Lba, u32)>, EngineError> {
         let summary = self.read_summary(victim)?;
         let st = self.state.lock();
-        let mut live: Vec<(Lba, u32)> = summary
-            .iter()
-            .enumerate()
-            .filter(|&(_, &l)| l != NONE && (l as u64) < self.layout.user_blocks)
-            .map(|(off, &l)| (Lba(l), off as u32))
-            .filter(|&(l, off)| st.index.get(l) == Some(self.layout.pba(victim, off)))
-            .collect();
-        debug_assert_eq!(live.len() as u32, st.zones.get(victim).valid);
-        live.sort_unstable();
-        Ok(live)
+        let live_of = |summary: &[Option<Lba>]| -> Vec<(Lba, u32)> {
+            let mut v: Vec<(Lba, u32)> = summary
+                .iter()
+                .enumerate()
+                .filter_map(|(off, l)| Some(((*l)?, off as u32)))
+                .filter(|&(l, _)| (l.0 as u64) < self.layout.user_blocks)
+                .filter(|&(l, off)| st.index.get(l) == Some(self.layout.pba(victim, off)))
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let live = live_of(&summary);
+        if live.len() as u32 == st.zones.get(victim).valid {
+            return Ok(live);
+        }
+        tracing::warn!(zone = %victim, "zone summary misses live blocks: searching the index");
+        self.stats.summary_rebuilds.fetch_add(1, Ordering::Relaxed);
+        Ok(live_of(&st.reverse_map(victim)))
     }
 
     /// The logical block of each data block of a full zone, from its summary; a summary block
     /// that fails its check (torn by a power cut) is rebuilt from the index.
-    fn read_summary(&self, zone: ZoneId) -> Result<Vec<u32>, EngineError> {
+    fn read_summary(&self, zone: ZoneId) -> Result<Vec<Option<Lba>>, EngineError> {
         let l = &self.layout;
         let mut buf = vec![0u8; l.summary_blocks as usize * BLOCK];
         self.dev(
@@ -74,7 +85,7 @@ impl LogEngine {
                 .read_at(&mut buf, l.zone_offset(zone, l.data_blocks())),
         )?;
         let mut out = Vec::with_capacity(l.data_blocks() as usize);
-        let mut rebuilt: Option<Vec<u32>> = None;
+        let mut rebuilt: Option<Vec<Option<Lba>>> = None;
         for (j, b) in buf.chunks(BLOCK).enumerate() {
             let n = (l.data_blocks() as usize - j * ENTRIES).min(ENTRIES);
             match decode_summary(zone, j as u32, b) {

@@ -114,7 +114,7 @@ impl LogEngine {
                         let k = room.min(lbas.len() as u32);
                         let off = f.wp;
                         for (i, l) in lbas[..k as usize].iter().enumerate() {
-                            f.summary[off as usize + i] = l.0;
+                            f.summary[off as usize + i] = Some(*l);
                         }
                         f.wp += k;
                         return Ok((f.zone, off, k));
@@ -146,7 +146,7 @@ impl LogEngine {
         &self,
         zone: ZoneId,
         from: u32,
-        summary: &[u32],
+        summary: &[Option<Lba>],
     ) -> Result<(), EngineError> {
         let l = &self.layout;
         let mut buf = Vec::new();

@@ -583,11 +583,12 @@ const _: () = assert!(std::mem::size_of::<RawSum>() == BLOCK);
 const SUM_CRC_AT: usize = std::mem::offset_of!(RawSum, crc);
 
 /// Summary block `index` of `zone`: the logical block of each of its data blocks
-/// `index * 1020 ..` (`NONE`: padding, or not live when the summary was rebuilt).
-pub(crate) fn encode_summary(zone: ZoneId, index: u32, lbas: &[u32]) -> Box<[u8; BLOCK]> {
+/// `index * 1020 ..` (`None`, `NONE` on disk: padding, or not live when the summary was
+/// rebuilt).
+pub(crate) fn encode_summary(zone: ZoneId, index: u32, lbas: &[Option<Lba>]) -> Box<[u8; BLOCK]> {
     let mut e = [U32::new(NONE); ENTRIES];
     for (d, s) in e.iter_mut().zip(lbas) {
-        *d = U32::new(*s);
+        *d = U32::new(s.map_or(NONE, |l| l.0));
     }
     let raw = RawSum {
         magic: SUM_MAGIC.into(),
@@ -599,13 +600,18 @@ pub(crate) fn encode_summary(zone: ZoneId, index: u32, lbas: &[u32]) -> Box<[u8;
     seal(raw.as_bytes(), None, SUM_CRC_AT)
 }
 
-pub(crate) fn decode_summary(zone: ZoneId, index: u32, b: &[u8]) -> Option<[u32; ENTRIES]> {
+pub(crate) fn decode_summary(zone: ZoneId, index: u32, b: &[u8]) -> Option<Vec<Option<Lba>>> {
     let (raw, _) = RawSum::ref_from_prefix(b).ok()?;
     let ok = raw.magic.get() == SUM_MAGIC
         && block_crc(None, b, SUM_CRC_AT) == raw.crc.get()
         && raw.zone.get() == zone.0
         && raw.index.get() == index;
-    ok.then(|| raw.lba.map(|v| v.get()))
+    ok.then(|| {
+        raw.lba
+            .iter()
+            .map(|v| (v.get() != NONE).then_some(Lba(v.get())))
+            .collect()
+    })
 }
 
 #[cfg(test)]
@@ -686,9 +692,9 @@ mod tests {
         assert_eq!(decode_dir(1, 9, &d[..]).unwrap()[5], 77);
         assert!(decode_dir(0, 9, &d[..]).is_err());
         assert!(decode_dir(1, 8, &d[..]).unwrap_err().contains("generation"));
-        let s = encode_summary(ZoneId(6), 0, &[10, 11]);
+        let s = encode_summary(ZoneId(6), 0, &[Some(Lba(10)), None, Some(Lba(11))]);
         let got = decode_summary(ZoneId(6), 0, &s[..]).unwrap();
-        assert_eq!((got[0], got[1], got[2]), (10, 11, NONE));
+        assert_eq!(&got[..4], &[Some(Lba(10)), None, Some(Lba(11)), None]);
         assert!(decode_summary(ZoneId(7), 0, &s[..]).is_none());
         assert!(decode_summary(ZoneId(6), 1, &s[..]).is_none());
     }

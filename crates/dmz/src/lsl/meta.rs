@@ -110,15 +110,15 @@ impl Meta {
         }
     }
 
-    /// For each zone in `zones`, the logical block each data block holds per the index
-    /// (`NONE` where nothing live): the summary of an open zone rebuilt at open, or a
-    /// summary block that fails its CRC.
-    pub fn reverse_map(&self, zone: ZoneId) -> Vec<u32> {
-        let mut s = vec![super::layout::NONE; self.layout.data_blocks() as usize];
+    /// The logical block each data block of `zone` holds per the index (`None` where
+    /// nothing live): the summary of an open zone rebuilt at open, or a summary block that
+    /// fails its CRC.
+    pub fn reverse_map(&self, zone: ZoneId) -> Vec<Option<Lba>> {
+        let mut s = vec![None; self.layout.data_blocks() as usize];
         for (lba, p) in self.index.mapped() {
             let (z, off) = self.layout.zone_of(p);
             if z == zone && (off as usize) < s.len() {
-                s[off as usize] = lba.0;
+                s[off as usize] = Some(lba);
             }
         }
         s

@@ -1,9 +1,9 @@
 //! The zone table of a log-layout volume: each zone's state, valid blocks and age, the open
 //! frontiers with their summaries being built, and the GC victim rule.
 
-use crate::engine::ids::{ZoneId, BLOCK};
+use crate::engine::ids::{Lba, ZoneId, BLOCK};
 
-use super::layout::{encode_zt, Layout, RawZte, NONE, ZT_ENTRIES};
+use super::layout::{encode_zt, Layout, RawZte, ZT_ENTRIES};
 use super::record::Class;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,11 +30,11 @@ pub(crate) struct ZoneInfo {
 }
 
 /// An open zone being filled: its next block and the logical block of each data block
-/// written so far (`NONE`: unknown, not live when rebuilt at open).
+/// written so far (`None`: nothing, or not live when rebuilt at open).
 pub(crate) struct Frontier {
     pub zone: ZoneId,
     pub wp: u32,
-    pub summary: Vec<u32>,
+    pub summary: Vec<Option<Lba>>,
 }
 
 pub(crate) struct Zones {
@@ -186,7 +186,7 @@ impl Frontier {
         Frontier {
             zone,
             wp,
-            summary: vec![NONE; data_blocks as usize],
+            summary: vec![None; data_blocks as usize],
         }
     }
 }
