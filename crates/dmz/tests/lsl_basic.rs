@@ -280,3 +280,41 @@ fn the_v2_code_refuses_a_log_layout_volume() {
     let e = lopen(dev);
     m.verify(&e);
 }
+
+/// A 1 TiB volume (4,096 zones of 256 MiB): blocks at both ends, and a discard of the whole
+/// device (what mkfs does first) that only visits the pages that map something.
+#[test]
+fn a_large_volume_and_a_whole_device_discard() {
+    let dev = Arc::new(mem_device(256 << 10, 4096, 6));
+    format(&*dev, &lsl_format_opts(1024)).unwrap();
+    let e = lopen(dev.clone());
+    let blocks = e.capacity() / BS as u64;
+    let last = blocks - 3;
+    lwrite(&e, 0, 3, 1, false);
+    lwrite(&e, last, 3, 2, true);
+    let t = std::time::Instant::now();
+    e.discard(0, (blocks - 1) * BS as u64).unwrap();
+    let took = t.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(1),
+        "whole-device discard took {took:?}"
+    );
+    let check = |e: &LogEngine, at: u64, ids: [u64; 3]| {
+        let mut buf = vec![0u8; 3 * BS];
+        e.read(at * BS as u64, &mut buf).unwrap();
+        for (i, b) in buf.chunks(BS).enumerate() {
+            assert_eq!(
+                block_id(b, at + i as u64),
+                Ok(ids[i]),
+                "block {}",
+                at + i as u64
+            );
+        }
+    };
+    check(&e, 0, [0, 0, 0]);
+    check(&e, last, [0, 0, 2]);
+    e.close().unwrap();
+    let e = lopen(dev);
+    check(&e, last, [0, 0, 2]);
+    assert_eq!(e.stats().valid_blocks, 1);
+}

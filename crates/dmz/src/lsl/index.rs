@@ -63,6 +63,11 @@ impl Index {
         (old != NONE).then_some(Pba(old))
     }
 
+    /// Whether page `p` maps anything (a page that does not can be skipped whole).
+    pub fn has_page(&self, p: PageId) -> bool {
+        self.pages[p.idx()].is_some()
+    }
+
     /// Every record below this sequence number is folded into `p`'s entries already (replay
     /// skips them for this page).
     pub fn page_seq(&self, p: PageId) -> u64 {

@@ -6,7 +6,7 @@ use crate::engine::ids::{Lba, ZoneId, BLOCK};
 use crate::engine::meta::log::LogBuf;
 
 use super::index::Index;
-use super::layout::{Layout, Pba};
+use super::layout::{Layout, Pba, ENTRIES};
 use super::record::{Class, LogRec};
 use super::zones::{Frontier, ZoneState, Zones};
 
@@ -58,11 +58,7 @@ impl Meta {
                 }
                 self.zones.get_mut(zone).last_append = self.clock;
             }
-            LogRec::Trim { lba, n } => {
-                for i in 0..n {
-                    self.remap(Lba(lba.0 + i), None, seq, ctx);
-                }
-            }
+            LogRec::Trim { lba, n } => self.trim(lba, n, seq, ctx),
             LogRec::ZoneOpen { zone, class } => {
                 let data_blocks = self.layout.data_blocks();
                 let z = self.zones.get_mut(zone);
@@ -82,6 +78,23 @@ impl Meta {
                 z.state = ZoneState::Free;
                 z.needs_reset = true;
             }
+        }
+    }
+
+    /// Unmap `lba..lba + n`, skipping whole pages that map nothing (a discard of the whole
+    /// device, as mkfs makes, costs one step per page).
+    fn trim(&mut self, lba: Lba, n: u32, seq: u64, ctx: Ctx) {
+        let end = lba.0 as u64 + n as u64;
+        let mut b = lba.0 as u64;
+        while b < end {
+            let (p, i) = Layout::page_of(Lba(b as u32));
+            let page_end = (b + (ENTRIES - i) as u64).min(end);
+            if self.index.has_page(p) {
+                for x in b..page_end {
+                    self.remap(Lba(x as u32), None, seq, ctx);
+                }
+            }
+            b = page_end;
         }
     }
 
