@@ -318,3 +318,36 @@ fn a_large_volume_and_a_whole_device_discard() {
     check(&e, last, [0, 0, 2]);
     assert_eq!(e.stats().valid_blocks, 1);
 }
+
+/// A ZNS-like device: zone capacity below the zone size (48 of 64 blocks) and at most 4
+/// open and 4 active zones. Summaries sit at the end of the capacity; the two frontiers
+/// stay within the limits; random overwrites with GC read back across reopen.
+#[test]
+fn zone_capacity_below_zone_size_and_open_limits() {
+    let mut o = zbd::EmulateOptions::new(48 * (256 << 10), 256 << 10);
+    o.conventional = 4;
+    o.zone_capacity = 192 << 10;
+    o.max_open = 4;
+    o.max_active = 4;
+    let dev = Arc::new(zbd::MemDevice::new(&o).unwrap());
+    format(&*dev, &lsl_format_opts(64)).unwrap();
+    let mut e = lopen(dev.clone());
+    let mut m = LModel::new(&e);
+    // 44 data zones of 47 data blocks, 3 kept out, 7 % OP.
+    assert_eq!(m.blocks(), (41.0 * 47.0 / 1.07f64).floor() as u64);
+    let mut rng = StdRng::seed_from_u64(3);
+    for id in 1..6000u64 {
+        let n = rng.gen_range(1..=6);
+        let start = rng.gen_range(0..=m.blocks() - n);
+        m.write(&e, start, n, id, id % 50 == 0);
+        if id % 1500 == 0 {
+            let s = e.stats();
+            assert!(s.gc_zones_freed > 0, "{s:?}");
+            drop(e);
+            e = lopen(dev.clone());
+            e.debug_check().unwrap();
+            m.verify(&e);
+        }
+    }
+    m.verify(&e);
+}
