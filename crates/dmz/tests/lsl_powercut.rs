@@ -27,6 +27,15 @@ const NR_CONV: u32 = 4;
 /// only.
 const PATTERNS: u64 = 5;
 
+/// GC copies 4 blocks at a time: a victim of these 15-block zones takes several batches,
+/// with user writes (and power cuts) between them.
+fn opts() -> LogOptions {
+    LogOptions {
+        gc_batch_blocks: 4,
+        ..lsl_test_opts()
+    }
+}
+
 /// 20 zones of 64 KiB (15 data blocks + 1 summary block), 4 conventional; a 32-block log
 /// ring (16 per generation).
 fn template() -> Arc<MemDevice> {
@@ -119,7 +128,7 @@ fn cut_and_verify(template: &MemDevice, ops: &[Op], seed: u64, k: u64, pat: u64)
     let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
     let zones = watch_pending(&dev);
     dev.cut_power_after_writes(k);
-    let done = match LogEngine::open(dev.clone(), LogOptions::default()) {
+    let done = match LogEngine::open(dev.clone(), opts()) {
         Ok(e) => run(&e, ops),
         Err(_) => 0,
     };
@@ -139,8 +148,8 @@ fn cut_and_verify(template: &MemDevice, ops: &[Op], seed: u64, k: u64, pat: u64)
     dev.power_cut(|i| keep[i]).unwrap();
     let what = format!("seed {seed} cut after write {k} pattern {pat}");
     let d2: Arc<dyn ZonedDevice> = dev.clone();
-    let e = LogEngine::open(d2, LogOptions::default())
-        .unwrap_or_else(|err| panic!("{what}: reopen failed: {err}"));
+    let e =
+        LogEngine::open(d2, opts()).unwrap_or_else(|err| panic!("{what}: reopen failed: {err}"));
     let mut got = vec![0u8; e.capacity() as usize];
     e.read(0, &mut got)
         .unwrap_or_else(|err| panic!("{what}: read: {err}"));
@@ -157,17 +166,18 @@ fn power_cut_at_every_write() {
         .unwrap_or(0);
     let nops = if release { 70 } else { 40 };
     let template = template();
-    let (mut points, mut gc_zones, mut checkpoints, mut writes) = (0u64, 0, 0, 0);
+    let (mut points, mut gc_zones, mut checkpoints, mut writes, mut paced) = (0u64, 0, 0, 0, 0);
     let start = std::time::Instant::now();
     for seed in first..first + seeds {
         // Dry run: how many device writes the workload makes, and that it runs GC.
         let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
-        let e = lopen(dev.clone());
+        let e = LogEngine::open(dev.clone(), opts()).unwrap();
         let blocks = e.capacity() / BS as u64;
         let ops = workload(seed, nops, blocks);
         assert_eq!(run(&e, &ops), ops.len());
         let s = e.stats();
         gc_zones += s.gc_zones_freed;
+        paced += s.gc_paced_batches;
         checkpoints += s.checkpoints;
         drop(e);
         let total = dev.write_count();
@@ -181,7 +191,8 @@ fn power_cut_at_every_write() {
     }
     eprintln!(
         "log layout power cuts: {points} crash points over {writes} device writes, \
-         {gc_zones} GC zones and {checkpoints} checkpoints in the workloads, {:.1} s",
+         {gc_zones} GC zones ({paced} paced batches) and {checkpoints} checkpoints in the \
+         workloads, {:.1} s",
         start.elapsed().as_secs_f64()
     );
     assert!(

@@ -70,6 +70,7 @@ impl LogEngine {
                 })?;
                 done += k;
             }
+            self.gc_paced(n as u64)?;
             last
         };
         self.stats
@@ -168,6 +169,7 @@ impl LogEngine {
                 if !self.gc_one()? {
                     break;
                 }
+                self.stats.gc_forced.fetch_add(1, Ordering::Relaxed);
             }
         }
         let (zone, needs_reset) = {

@@ -5,6 +5,7 @@
 use crate::engine::ids::{Lba, ZoneId, BLOCK};
 use crate::engine::meta::log::LogBuf;
 
+use super::gc::GcWork;
 use super::index::Index;
 use super::layout::{Layout, Pba, ENTRIES};
 use super::record::{Class, LogRec};
@@ -29,6 +30,9 @@ pub(crate) struct Meta {
     pub clock: u64,
     /// Generation of the last checkpoint; the log's epoch.
     pub gen: u64,
+    /// The GC victim being emptied, and the blocks of copying user writes owe it.
+    pub gc: Option<GcWork>,
+    pub gc_debt: f64,
 }
 
 impl Meta {

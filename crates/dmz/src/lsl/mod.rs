@@ -46,11 +46,16 @@ use meta::Meta;
 /// Engine tuning.
 #[derive(Debug, Clone)]
 pub struct LogOptions {
-    /// GC runs when a frontier needs a zone and fewer than this many zones are free.
+    /// Below this many free zones, user writes pay GC as they go (see `gc.rs`, pacing).
+    pub gc_start_zones: u32,
+    /// A frontier that needs a zone with fewer than this many free runs GC to completion.
     pub gc_low_zones: u32,
     /// Free zones only GC may take (so it can always empty a victim); a user write that
     /// would take one gets ENOSPC once GC frees nothing.
     pub gc_reserve_zones: u32,
+    /// Most blocks GC copies at once (one device read and write); paced GC pays its debt in
+    /// such batches.
+    pub gc_batch_blocks: u32,
     /// Checkpoint when the current log half is this full (percent), or has no room.
     pub checkpoint_pct: u64,
 }
@@ -58,8 +63,10 @@ pub struct LogOptions {
 impl Default for LogOptions {
     fn default() -> Self {
         LogOptions {
+            gc_start_zones: 6,
             gc_low_zones: 3,
             gc_reserve_zones: 1,
+            gc_batch_blocks: IO_BATCH_BLOCKS,
             checkpoint_pct: 90,
         }
     }
@@ -76,6 +83,10 @@ pub struct LogStats {
     pub user_blocks_written: u64,
     pub gc_blocks_copied: u64,
     pub gc_zones_freed: u64,
+    /// Batches of GC copying paid by user writes (pacing), and victims a frontier had to
+    /// wait for whole (fewer than `gc_low_zones` free).
+    pub gc_paced_batches: u64,
+    pub gc_forced_victims: u64,
     pub gc_runs_without_victim: u64,
     pub write_amplification: f64,
     pub checkpoints: u64,
@@ -98,6 +109,8 @@ struct Counters {
     user_blocks: AtomicU64,
     gc_blocks: AtomicU64,
     gc_zones: AtomicU64,
+    gc_paced: AtomicU64,
+    gc_forced: AtomicU64,
     gc_no_victim: AtomicU64,
     checkpoints: AtomicU64,
     log_blocks: AtomicU64,
@@ -170,6 +183,8 @@ impl LogEngine {
             user_blocks_written: user,
             gc_blocks_copied: gc,
             gc_zones_freed: c(&self.stats.gc_zones),
+            gc_paced_batches: c(&self.stats.gc_paced),
+            gc_forced_victims: c(&self.stats.gc_forced),
             gc_runs_without_victim: c(&self.stats.gc_no_victim),
             write_amplification: if user == 0 {
                 0.0
@@ -232,4 +247,4 @@ impl LogEngine {
     }
 }
 
-use crate::engine::ids::BLOCK;
+use crate::engine::ids::{BLOCK, IO_BATCH_BLOCKS};

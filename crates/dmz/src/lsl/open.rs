@@ -260,6 +260,8 @@ fn load_checkpoint(
         log,
         clock: ck.clock,
         gen: ck.gen,
+        gc: None,
+        gc_debt: 0.0,
     })
 }
 

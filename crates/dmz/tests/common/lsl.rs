@@ -29,8 +29,17 @@ pub fn formatted_lsl(
     Arc::new(dev)
 }
 
+/// Engine options for tests: GC copies 16 blocks at a time, so that a victim of the
+/// tests' small zones takes several batches and user writes land between them.
+pub fn lsl_test_opts() -> LogOptions {
+    LogOptions {
+        gc_batch_blocks: 16,
+        ..LogOptions::default()
+    }
+}
+
 pub fn lopen(dev: Arc<dyn ZonedDevice>) -> LogEngine {
-    LogEngine::open(dev, LogOptions::default()).expect("log engine open")
+    LogEngine::open(dev, lsl_test_opts()).expect("log engine open")
 }
 
 /// Write `pattern(id, start)` to blocks `start..start + n`.
