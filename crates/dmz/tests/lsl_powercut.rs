@@ -20,7 +20,7 @@ use common::*;
 use dmz::lsl::{LogEngine, LogOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use zbd::{FaultyDevice, MemDevice, OpKind, ZoneOp, ZonedDevice};
+use zbd::{FaultyDevice, MemDevice, OpKind, ZoneOp};
 
 const NR_CONV: u32 = 4;
 /// Keep patterns: all, none, a random half, conventional (metadata) only, sequential (data)
@@ -122,17 +122,25 @@ fn run(e: &LogEngine, ops: &[Op]) -> usize {
     ops.len()
 }
 
-/// The power goes after device write `k` of `ops` (on a copy of `template`), keeping all
-/// (`pat` 0), none (1) or a random half (2) of the unflushed writes; then reopen and check.
-fn cut_and_verify(template: &MemDevice, ops: &[Op], seed: u64, k: u64, pat: u64) {
-    let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
+/// A copy of `base` loses power after its device write `k` of an open followed by `work`
+/// on the engine (if it opened), keeping the unflushed writes `pat` chooses: all (0), none
+/// (1), a random half (2), those to conventional zones (3) or to sequential zones (4).
+/// Returns the device as it comes back, and what `work` returned (0 if the open failed).
+fn cut_during(
+    base: &MemDevice,
+    k: u64,
+    pat: u64,
+    rng_seed: u64,
+    work: impl FnOnce(&LogEngine) -> usize,
+) -> (MemDevice, usize) {
+    let dev = Arc::new(FaultyDevice::new(base.snapshot()).unwrap());
     let zones = watch_pending(&dev);
     dev.cut_power_after_writes(k);
     let done = match LogEngine::open(dev.clone(), opts()) {
-        Ok(e) => run(&e, ops),
+        Ok(e) => work(&e),
         Err(_) => 0,
     };
-    let mut rng = StdRng::seed_from_u64(seed * 1_000_003 + k * 7 + pat);
+    let mut rng = StdRng::seed_from_u64(rng_seed);
     let zones = zones.lock().clone();
     assert_eq!(zones.len(), dev.pending_writes());
     let keep: Vec<bool> = zones
@@ -146,14 +154,38 @@ fn cut_and_verify(template: &MemDevice, ops: &[Op], seed: u64, k: u64, pat: u64)
         })
         .collect();
     dev.power_cut(|i| keep[i]).unwrap();
-    let what = format!("seed {seed} cut after write {k} pattern {pat}");
-    let d2: Arc<dyn ZonedDevice> = dev.clone();
-    let e =
-        LogEngine::open(d2, opts()).unwrap_or_else(|err| panic!("{what}: reopen failed: {err}"));
+    (dev.inner().snapshot(), done)
+}
+
+/// Open `dev` and check every block against `ops`, `done` of which completed.
+fn verify(dev: MemDevice, ops: &[Op], done: usize, what: &str) {
+    let e = LogEngine::open(Arc::new(dev), opts())
+        .unwrap_or_else(|err| panic!("{what}: reopen failed: {err}"));
     let mut got = vec![0u8; e.capacity() as usize];
     e.read(0, &mut got)
         .unwrap_or_else(|err| panic!("{what}: read: {err}"));
-    check_read(&got, ops, done, done + 1, &what);
+    check_read(&got, ops, done, done + 1, what);
+}
+
+/// The power goes after device write `k` of `ops` (on a copy of `template`); then reopen
+/// and check.
+fn cut_and_verify(template: &MemDevice, ops: &[Op], seed: u64, k: u64, pat: u64) {
+    let (dev, done) = cut_during(template, k, pat, seed * 1_000_003 + k * 7 + pat, |e| {
+        run(e, ops)
+    });
+    verify(
+        dev,
+        ops,
+        done,
+        &format!("seed {seed} cut after write {k} pattern {pat}"),
+    );
+}
+
+/// Device writes an open of `dev` makes (replay, settling zones, checkpoint).
+fn open_writes(dev: &MemDevice) -> u64 {
+    let f = Arc::new(FaultyDevice::new(dev.snapshot()).unwrap());
+    drop(LogEngine::open(f.clone(), opts()).unwrap());
+    f.write_count()
 }
 
 #[test]
@@ -196,10 +228,52 @@ fn power_cut_at_every_write() {
         start.elapsed().as_secs_f64()
     );
     assert!(
-        gc_zones > 0 && checkpoints > seeds,
-        "the workloads must run GC and checkpoints"
+        gc_zones > 0 && paced > 0 && checkpoints > seeds,
+        "the workloads must run GC (paced too) and checkpoints"
     );
     if release {
         assert!(points >= 10_000, "only {points} crash points");
     }
+}
+
+/// A second power cut during the open that recovers from a first one (its replay, the
+/// zones it pads and seals, its checkpoint), at every write of that open: the third open
+/// must still give every flushed write and nothing never written. First cuts: every 11th
+/// write of 6 workloads, a random half of the unflushed writes kept.
+#[test]
+fn power_cut_during_recovery() {
+    let release = !cfg!(debug_assertions);
+    let seeds: u64 = if release { 6 } else { 1 };
+    let template = template();
+    let (mut points, mut recovery_writes) = (0u64, 0u64);
+    let start = std::time::Instant::now();
+    for seed in 0..seeds {
+        let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
+        let e = LogEngine::open(dev.clone(), opts()).unwrap();
+        let ops = workload(seed, 70, e.capacity() / BS as u64);
+        assert_eq!(run(&e, &ops), ops.len());
+        drop(e);
+        for k in (0..=dev.write_count()).step_by(11) {
+            let (first, done) = cut_during(&template, k, 2, seed * 31 + k, |e| run(e, &ops));
+            let writes = open_writes(&first);
+            recovery_writes += writes;
+            for k2 in 0..=writes {
+                for pat in 0..PATTERNS {
+                    let (second, _) = cut_during(&first, k2, pat, k2 * 5 + pat, |_| 0);
+                    let what = format!(
+                        "seed {seed} cut after write {k}, then after write {k2} of the \
+                         recovery, pattern {pat}"
+                    );
+                    verify(second, &ops, done, &what);
+                    points += 1;
+                }
+            }
+        }
+    }
+    eprintln!(
+        "log layout power cuts during recovery: {points} crash points over \
+         {recovery_writes} recovery writes, {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    assert!(points > 1000, "only {points} crash points");
 }
