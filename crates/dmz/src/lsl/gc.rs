@@ -62,8 +62,10 @@ impl LogEngine {
             }
         }
         if self.state.lock().gc.is_none() {
-            if let Step::NoVictim | Step::Finished = self.gc_step(0)? {
-                return Ok(());
+            match self.gc_step(0) {
+                Ok(Step::Copied(_)) => {}
+                Ok(Step::NoVictim | Step::Finished) | Err(EngineError::NoSpace(_)) => return Ok(()),
+                Err(e) => return Err(e),
             }
         }
         let mut st = self.state.lock();
@@ -77,7 +79,12 @@ impl LogEngine {
         };
         while st.gc.is_some() && st.gc_debt >= due(&st).max(1) as f64 {
             drop(st);
-            let step = self.gc_step(self.batch() as u64)?;
+            let step = match self.gc_step(self.batch() as u64) {
+                // The write itself is logged: no room for GC now is the forced path's
+                // business (it is the one that answers ENOSPC).
+                Err(EngineError::NoSpace(_)) => return Ok(()),
+                r => r?,
+            };
             self.stats.gc_paced.fetch_add(1, Ordering::Relaxed);
             st = self.state.lock();
             match step {
