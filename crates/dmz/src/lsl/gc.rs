@@ -115,6 +115,8 @@ impl LogEngine {
             return Ok(Step::Copied(copied));
         }
         self.finish(work)?;
+        // What writes owed this victim is paid, whichever path finished it.
+        self.state.lock().gc_debt = 0.0;
         Ok(Step::Finished)
     }
 
