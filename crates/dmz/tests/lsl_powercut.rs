@@ -275,5 +275,7 @@ fn power_cut_during_recovery() {
          {recovery_writes} recovery writes, {:.1} s",
         start.elapsed().as_secs_f64()
     );
-    assert!(points > 1000, "only {points} crash points");
+    if release {
+        assert!(points > 1000, "only {points} crash points");
+    }
 }
