@@ -332,6 +332,13 @@ pub fn probe(dev: &dyn ZonedDevice) -> Result<Probe> {
         });
     };
     let p0 = check_sb_at(dev, &zones, &geometry, &shape, z0, 0)?;
+    if !p0.magic && crate::lsl::is_log_layout(dev) {
+        // Not "not formatted": formatting would destroy it, and repairing would too.
+        return Err(FormatError::Device(format!(
+            "{}: a log-layout volume (superblock \"ZLOG\"), not dm-zoned metadata",
+            dev.describe()
+        )));
+    }
     let p1 = if let Some((sb0, l0)) = &p0.valid {
         let mut p1 = check_sb_at(dev, &zones, &geometry, &shape, l0.set_zone[1], 1)?;
         // The sets must describe the same volume (kernel: same UUID and label).

@@ -100,3 +100,18 @@ impl Mapping {
         }
     }
 }
+
+/// A logical 4 KiB block of a log-layout volume (`crate::lsl`): its number from the start of
+/// the exposed device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Lba(pub u32);
+
+/// An index page of a log-layout volume: the mapping of logical blocks `p * 1020 ..`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct PageId(pub u32);
+
+impl PageId {
+    pub fn idx(self) -> usize {
+        self.0 as usize
+    }
+}

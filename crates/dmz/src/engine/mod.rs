@@ -9,9 +9,9 @@
 //!
 //! Locks and the order they are taken in: see [`meta`] (and docs/design.md, "Locking").
 
-mod ids;
+pub(crate) mod ids;
 mod io;
-mod meta;
+pub(crate) mod meta;
 mod reclaim;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -8,6 +8,7 @@
 //! - the power-cut tests' operations and acceptance model ([`powercut`]).
 #![allow(dead_code)]
 
+pub mod lsl;
 pub mod powercut;
 
 use std::sync::Arc;

@@ -155,12 +155,21 @@ pub fn verify(e: &Engine, ops: &[Op], done: usize, blocks: u64, what: &str) {
 
 /// [`verify`] with the ops `done..upto` in flight (a planned group's, see [`run_with`]).
 pub fn verify_upto(e: &Engine, ops: &[Op], done: usize, upto: usize, blocks: u64, what: &str) {
-    let last_sync = ops[..done]
-        .iter()
-        .rposition(|o| matches!(o, Op::Flush | Op::Write { fua: true, .. }));
     let mut got = vec![0u8; blocks as usize * BS];
     e.read(0, &mut got)
         .unwrap_or_else(|err| panic!("{what}: read: {err}"));
+    check_read(&got, ops, done, upto, what);
+}
+
+/// The acceptance model of [`verify_upto`] over `got`, the whole volume read back (shared
+/// with the log layout's power-cut test): each block holds its last write before the last
+/// flush or FUA write among the `done` completed ops, or a later write or discard up to op
+/// `upto`.
+pub fn check_read(got: &[u8], ops: &[Op], done: usize, upto: usize, what: &str) {
+    let blocks = (got.len() / BS) as u64;
+    let last_sync = ops[..done]
+        .iter()
+        .rposition(|o| matches!(o, Op::Flush | Op::Write { fua: true, .. }));
     // Per block: the acceptable write ids (0 = zeros).
     let mut versions: Vec<Vec<(usize, u64)>> = vec![vec![(usize::MAX, 0)]; blocks as usize];
     let upto = upto.min(ops.len());

@@ -6,15 +6,42 @@
 //! set `e % 2`: blocks `nr_meta_blocks..nr_meta_zones * zone_blocks` of that set. Every block
 //! carries a header; records never span blocks, and one logical operation's records always
 //! sit in one block, so a block is applied whole or not at all.
+//!
+//! The header, sealing, group-commit buffer and replay scan are shared with the log layout
+//! (`crate::lsl`): a [`RecordSet`] names the records a log carries and the header version
+//! that says so (1: the v2 records of `record.rs`; 2: the log layout's).
 
 use zerocopy::byteorder::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+use std::marker::PhantomData;
+
 use super::super::ids::BLOCK;
-use super::record::{Reader, Rec};
+use super::record::Rec;
+pub(crate) use super::record::{Reader, Writer};
 
 pub(super) const LOG_MAGIC: u32 = 0x474C_5A44; // "DZLG"
-const LOG_VERSION: u32 = 1;
+
+/// The records one version of the log carries: a log block holds records of one set only,
+/// and its header's `version` says which.
+pub(crate) trait RecordSet: Sized {
+    /// The header's `version` for blocks of these records.
+    const VERSION: u32;
+    /// Type byte and fields, appended to `out`.
+    fn encode(&self, out: &mut Vec<u8>);
+    /// One record at the reader's position; `None` on garbage.
+    fn decode(r: &mut Reader<'_>) -> Option<Self>;
+}
+
+impl RecordSet for Rec {
+    const VERSION: u32 = 1;
+    fn encode(&self, out: &mut Vec<u8>) {
+        Rec::encode(self, out)
+    }
+    fn decode(r: &mut Reader<'_>) -> Option<Self> {
+        Rec::decode(r)
+    }
+}
 
 /// The header at the start of every log block (docs/design.md, "Metadata log block").
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
@@ -39,11 +66,11 @@ pub(super) const HEADER: usize = std::mem::size_of::<RawHeader>();
 const _: () = assert!(HEADER == 80);
 const CRC_AT: usize = std::mem::offset_of!(RawHeader, crc);
 /// Bytes available for records in one block.
-pub(super) const PAYLOAD: usize = BLOCK - HEADER;
+pub(crate) const PAYLOAD: usize = BLOCK - HEADER;
 
 /// The header fields of one log block.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct BlockHeader {
+pub(crate) struct BlockHeader {
     pub uuid: [u8; 16],
     pub epoch: u64,
     /// Index of the block in its half.
@@ -57,12 +84,17 @@ pub(super) struct BlockHeader {
     pub flushed_seq: u64,
 }
 
-/// Build a block image: header + encoded records (`payload`, `nr` of them).
-pub(super) fn encode_block(h: &BlockHeader, payload: &[u8], nr: u32) -> Box<[u8; BLOCK]> {
+/// Build a block image: header (of `version`) + encoded records (`payload`, `nr` of them).
+pub(super) fn encode_block(
+    version: u32,
+    h: &BlockHeader,
+    payload: &[u8],
+    nr: u32,
+) -> Box<[u8; BLOCK]> {
     assert!(payload.len() <= PAYLOAD);
     let raw = RawHeader {
         magic: LOG_MAGIC.into(),
-        version: LOG_VERSION.into(),
+        version: version.into(),
         crc: 0.into(),
         nr_records: nr.into(),
         uuid: h.uuid,
@@ -82,14 +114,14 @@ pub(super) fn encode_block(h: &BlockHeader, payload: &[u8], nr: u32) -> Box<[u8;
     b
 }
 
-/// Decode a block: header and records, or None when it is not a valid log block (bad magic
-/// or CRC, undecodable records).
-pub(super) fn decode_block(b: &[u8]) -> Option<(BlockHeader, Vec<Rec>)> {
+/// Decode a block: header and records, or None when it is not a valid log block of `R`'s
+/// version (bad magic, version or CRC, undecodable records).
+pub(super) fn decode_block<R: RecordSet>(b: &[u8]) -> Option<(BlockHeader, Vec<R>)> {
     if b.len() != BLOCK {
         return None;
     }
     let (raw, _) = RawHeader::ref_from_prefix(b).ok()?;
-    if raw.magic.get() != LOG_MAGIC || raw.version.get() != LOG_VERSION {
+    if raw.magic.get() != LOG_MAGIC || raw.version.get() != R::VERSION {
         return None;
     }
     let mut h = crc32fast::Hasher::new();
@@ -107,7 +139,7 @@ pub(super) fn decode_block(b: &[u8]) -> Option<(BlockHeader, Vec<Rec>)> {
     let nr = raw.nr_records.get();
     let mut recs = Vec::with_capacity(nr.min(PAYLOAD as u32) as usize);
     for _ in 0..nr {
-        recs.push(Rec::decode(&mut r)?);
+        recs.push(R::decode(&mut r)?);
     }
     if r.pos != used {
         return None;
@@ -125,8 +157,9 @@ pub(super) fn decode_block(b: &[u8]) -> Option<(BlockHeader, Vec<Rec>)> {
     ))
 }
 
-/// In-memory tail of the log: the block being filled and the full blocks not yet written.
-pub(super) struct LogBuf {
+/// In-memory tail of the log: the block being filled and the full blocks not yet written;
+/// `R` is the record set.
+pub(crate) struct LogBuf<R: RecordSet> {
     pub(super) uuid: [u8; 16],
     pub(super) epoch: u64,
     /// Blocks per half.
@@ -141,29 +174,30 @@ pub(super) struct LogBuf {
     pub(super) cur_written: u32,
     /// Sealed blocks waiting to be written: (absolute block, image).
     pub(super) sealed: Vec<(u64, Box<[u8; BLOCK]>)>,
-    pub(super) next_seq: u64,
+    pub(crate) next_seq: u64,
     pub(super) epoch_start_seq: u64,
     /// Records below this were covered by a completed device flush.
-    pub(super) flushed_seq: u64,
+    pub(crate) flushed_seq: u64,
     /// A durable log block proves records below this were flushed (see design.md).
     pub(super) evidence_seq: u64,
     /// Records below this are folded into the committed sets.
     pub(super) folded_seq: u64,
     /// Records below this are written to the device (not necessarily durable).
-    pub(super) written_seq: u64,
+    pub(crate) written_seq: u64,
     /// `flushed_seq` carried by the last log block written.
-    pub(super) written_header_flushed: u64,
+    pub(crate) written_header_flushed: u64,
     pub(super) blocks_written: u64,
     /// Force the next commit to start a new epoch (set at load: the replayed halves must
     /// not be appended to).
     pub(super) needs_switch: bool,
+    records: PhantomData<fn(R) -> R>,
 }
 
-impl LogBuf {
+impl<R: RecordSet> LogBuf<R> {
     /// An empty log writing into the tail of epoch `epoch`'s set (`cap` blocks at `base[e %
     /// 2]`); the next commit is forced to a new epoch (the halves on the device hold replayed
     /// records that must not be appended to).
-    pub fn new(uuid: [u8; 16], epoch: u64, cap: u64, base: [u64; 2]) -> LogBuf {
+    pub fn new(uuid: [u8; 16], epoch: u64, cap: u64, base: [u64; 2]) -> LogBuf<R> {
         LogBuf {
             uuid,
             epoch,
@@ -184,6 +218,7 @@ impl LogBuf {
             written_header_flushed: 0,
             blocks_written: 0,
             needs_switch: true,
+            records: PhantomData,
         }
     }
 
@@ -237,7 +272,7 @@ impl LogBuf {
         // blocks that must carry a newer `flushed_seq` are forced.
         if force || self.cur_written != self.cur_nr {
             let h = self.header(self.cur_idx, self.cur_first_seq);
-            let img = encode_block(&h, &self.cur_payload, self.cur_nr);
+            let img = encode_block(R::VERSION, &h, &self.cur_payload, self.cur_nr);
             self.sealed
                 .push((self.base[self.half()] + self.cur_idx, img));
         }
@@ -250,7 +285,7 @@ impl LogBuf {
 
     /// Append one operation's records (they stay in one block). Returns the sequence number
     /// of the last record. The caller checked [`LogBuf::has_room`].
-    pub fn append(&mut self, recs: &[Rec]) -> u64 {
+    pub fn append(&mut self, recs: &[R]) -> u64 {
         let mut bytes = Vec::with_capacity(32 * recs.len());
         for r in recs {
             r.encode(&mut bytes);
@@ -276,7 +311,7 @@ impl LogBuf {
             self.cur_written = self.cur_nr;
             out.push((
                 self.base[self.half()] + self.cur_idx,
-                encode_block(&h, &self.cur_payload, self.cur_nr),
+                encode_block(R::VERSION, &h, &self.cur_payload, self.cur_nr),
             ));
         }
         out
@@ -296,24 +331,24 @@ impl LogBuf {
 }
 
 /// A decoded block with its records' sequence numbers, for replay.
-pub(super) struct ReplayBlock {
+pub(crate) struct ReplayBlock<R> {
     pub header: BlockHeader,
-    pub recs: Vec<Rec>,
+    pub recs: Vec<R>,
 }
 
 /// Scan one half: valid blocks of `epoch` from index 0 with contiguous sequence numbers;
 /// stop at the first block that is not. `read(idx)` returns the block image.
-pub(super) fn scan_half(
+pub(crate) fn scan_half<R: RecordSet>(
     uuid: &[u8; 16],
     epoch: u64,
     cap: u64,
     mut read: impl FnMut(u64) -> Option<Box<[u8; BLOCK]>>,
-) -> Vec<ReplayBlock> {
-    let mut out: Vec<ReplayBlock> = Vec::new();
+) -> Vec<ReplayBlock<R>> {
+    let mut out: Vec<ReplayBlock<R>> = Vec::new();
     let mut next_first: Option<u64> = None;
     for idx in 0..cap {
         let Some(img) = read(idx) else { break };
-        let Some((h, recs)) = decode_block(&img[..]) else {
+        let Some((h, recs)) = decode_block::<R>(&img[..]) else {
             break;
         };
         if &h.uuid != uuid || h.epoch != epoch || h.block != idx {
@@ -353,17 +388,20 @@ mod tests {
             epoch_start_seq: 10,
             flushed_seq: 3,
         };
-        let mut img = encode_block(&h, &payload, recs.len() as u32);
-        let (h2, r2) = decode_block(&img[..]).unwrap();
+        let mut img = encode_block(1, &h, &payload, recs.len() as u32);
+        let (h2, r2) = decode_block::<Rec>(&img[..]).unwrap();
         assert_eq!(h2, h);
         assert_eq!(r2, recs);
+        // Another version's block is not ours, even intact.
+        let other = encode_block(2, &h, &payload, recs.len() as u32);
+        assert!(decode_block::<Rec>(&other[..]).is_none());
         img[HEADER + 2] ^= 1;
-        assert!(decode_block(&img[..]).is_none());
+        assert!(decode_block::<Rec>(&img[..]).is_none());
     }
 
     #[test]
     fn scan_stops_at_gap_and_foreign_epoch() {
-        let mut lb = LogBuf::new([1; 16], 4, 8, [0, 100]);
+        let mut lb: LogBuf<Rec> = LogBuf::new([1; 16], 4, 8, [0, 100]);
         lb.start_at(50);
         for i in 0..3 {
             lb.append(&[FreeRec { zone: ZoneId(i) }.into()]);
@@ -371,15 +409,15 @@ mod tests {
         }
         let blocks = lb.take_pending();
         assert_eq!(blocks.len(), 3);
-        let got = scan_half(&[1; 16], 4, 8, |i| {
+        let got = scan_half::<Rec>(&[1; 16], 4, 8, |i| {
             blocks.get(i as usize).map(|b| b.1.clone())
         });
         assert_eq!(got.len(), 3);
-        let got = scan_half(&[1; 16], 4, 8, |i| {
+        let got = scan_half::<Rec>(&[1; 16], 4, 8, |i| {
             (i != 1).then(|| blocks[i as usize].1.clone())
         });
         assert_eq!(got.len(), 1);
-        assert!(scan_half(&[1; 16], 6, 8, |i| blocks
+        assert!(scan_half::<Rec>(&[1; 16], 6, 8, |i| blocks
             .get(i as usize)
             .map(|b| b.1.clone()))
         .is_empty());

@@ -19,9 +19,9 @@
 
 mod cache;
 pub(super) mod durability;
-mod log;
+pub(crate) mod log;
 pub(super) mod open;
-mod record;
+pub(crate) mod record;
 mod zones;
 
 use parking_lot::MutexGuard;
@@ -56,7 +56,7 @@ pub(super) enum Proof {
 pub(super) struct Meta {
     zones: Zones,
     cache: MetaCache,
-    log: LogBuf,
+    log: LogBuf<Rec>,
 }
 
 impl Meta {

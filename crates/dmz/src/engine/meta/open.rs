@@ -155,7 +155,7 @@ fn count_weights(
 /// The log blocks to replay on top of generation `gen`: epoch `gen`'s half, then epoch
 /// `gen + 1`'s (a commit that did not finish) only if it starts exactly where `gen`'s
 /// records end.
-fn read_log(dev: &dyn ZonedDevice, log: &LogBuf, gen: u64) -> Vec<ReplayBlock> {
+fn read_log(dev: &dyn ZonedDevice, log: &LogBuf<Rec>, gen: u64) -> Vec<ReplayBlock<Rec>> {
     let read_blk = |half: usize, idx: u64| -> Option<Box<[u8; BLOCK]>> {
         let mut b = Box::new([0u8; BLOCK]);
         dev.read_at(&mut b[..], (log.base[half] + idx) * BLOCK as u64)
@@ -181,7 +181,7 @@ fn replay(
     dev: &dyn ZonedDevice,
     meta: &mut Meta,
     layout: &Layout,
-    blocks: &[ReplayBlock],
+    blocks: &[ReplayBlock<Rec>],
 ) -> Result<u64, EngineError> {
     let bounds = Bounds {
         nr_zones: layout.nr_zones,
@@ -311,11 +311,11 @@ fn settle_chunk(
     Ok(ne)
 }
 
-impl LogBuf {
+impl LogBuf<Rec> {
     /// An empty log for a volume at generation `sb.gen`: its tails located, nothing
     /// appended, and the next commit forced to a new epoch (the replayed halves must not be
     /// appended to).
-    fn after_load(layout: &Layout, sb: &Superblock) -> Result<LogBuf, EngineError> {
+    fn after_load(layout: &Layout, sb: &Superblock) -> Result<LogBuf<Rec>, EngineError> {
         let tail_start = layout.nr_meta_blocks as u64;
         let cap =
             (layout.nr_meta_zones as u64 * layout.zone_blocks as u64).saturating_sub(tail_start);

@@ -46,14 +46,17 @@ impl Bounds {
     }
 }
 
-/// Appends little-endian fields.
-pub(super) struct Writer<'a>(pub &'a mut Vec<u8>);
+/// Appends little-endian fields (shared with the log layout's records, `crate::lsl`).
+pub(crate) struct Writer<'a>(pub &'a mut Vec<u8>);
 
 impl Writer<'_> {
-    fn u8(&mut self, v: u8) {
+    pub(crate) fn u8(&mut self, v: u8) {
         self.0.push(v);
     }
-    fn u32(&mut self, v: u32) {
+    pub(crate) fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    pub(crate) fn u32(&mut self, v: u32) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
     fn zone(&mut self, z: Option<ZoneId>) {
@@ -62,7 +65,7 @@ impl Writer<'_> {
 }
 
 /// Reads little-endian fields; `None` past the end.
-pub(super) struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     b: &'a [u8],
     pub pos: usize,
 }
@@ -71,12 +74,17 @@ impl<'a> Reader<'a> {
     pub fn new(b: &'a [u8]) -> Reader<'a> {
         Reader { b, pos: 0 }
     }
-    fn u8(&mut self) -> Option<u8> {
+    pub(crate) fn u8(&mut self) -> Option<u8> {
         let v = *self.b.get(self.pos)?;
         self.pos += 1;
         Some(v)
     }
-    fn u32(&mut self) -> Option<u32> {
+    pub(crate) fn u16(&mut self) -> Option<u16> {
+        let v = self.b.get(self.pos..self.pos + 2)?;
+        self.pos += 2;
+        Some(u16::from_le_bytes(v.try_into().ok()?))
+    }
+    pub(crate) fn u32(&mut self) -> Option<u32> {
         let v = self.b.get(self.pos..self.pos + 4)?;
         self.pos += 4;
         Some(u32::from_le_bytes(v.try_into().ok()?))

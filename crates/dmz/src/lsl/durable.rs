@@ -1,0 +1,160 @@
+//! Durability: appending records (checkpointing first when the log half is full), the log
+//! writer with group commit, flush, and the checkpoint. Ordering rules: docs/design.md, "Log
+//! layout".
+
+use std::sync::atomic::Ordering;
+
+use crate::engine::ids::BLOCK;
+use crate::engine::meta::log::PAYLOAD;
+
+use super::layout::{conv_write, encode_dir, encode_sb, Checkpoint};
+use super::meta::Ctx;
+use super::record::LogRec;
+use super::{EngineError, LogEngine};
+
+impl LogEngine {
+    /// Apply one record and append it (the caller holds `wlock`; records stay in the log
+    /// until the next checkpoint). Checkpoints first when the log half is full. Returns the
+    /// record's sequence number.
+    pub(super) fn log_op(&self, rec: LogRec) -> Result<u64, EngineError> {
+        let len = rec.encoded_len();
+        debug_assert!(len <= PAYLOAD);
+        for _ in 0..2 {
+            {
+                let mut st = self.state.lock();
+                let full = st.log.used_pct() >= self.opts.checkpoint_pct;
+                if st.log.has_room(len) && !full {
+                    let seq = st.log.next_seq;
+                    let n = rec_blocks(&rec);
+                    st.apply(&rec, seq, Ctx::Live, &vec![true; n]);
+                    return Ok(st.log.append(std::slice::from_ref(&rec)));
+                }
+            }
+            self.checkpoint()?;
+        }
+        Err(self.fail(EngineError::Meta(
+            "metadata log: no room after a checkpoint".into(),
+        )))
+    }
+
+    /// Write every record appended so far up to `upto` (all of them when `seal`, which also
+    /// closes the current block: a block a flush covered is never written again). One writer
+    /// at a time; a caller whose records another writer wrote returns at once (group
+    /// commit). Returns the sequence number below which every record is written.
+    pub(super) fn log_sync(&self, upto: u64, seal: bool) -> Result<u64, EngineError> {
+        let _lw = self.log_write.lock();
+        self.check_failed()?;
+        let (pending, next, hdr) = {
+            let mut st = self.state.lock();
+            if !seal && st.log.written_seq >= upto {
+                return Ok(st.log.written_seq);
+            }
+            if seal {
+                st.log.seal(false);
+            }
+            (st.log.take_pending(), st.log.next_seq, st.log.flushed_seq)
+        };
+        for (blk, img) in &pending {
+            self.dev(conv_write(&*self.dev, &self.layout, *blk, &img[..]))?;
+        }
+        let mut st = self.state.lock();
+        st.log.written_seq = st.log.written_seq.max(next);
+        if !pending.is_empty() {
+            st.log.written_header_flushed = hdr;
+            self.stats
+                .log_blocks
+                .fetch_add(pending.len() as u64, Ordering::Relaxed);
+        }
+        Ok(st.log.written_seq)
+    }
+
+    /// Flush: write the log (sealing its block), then one device flush; every write
+    /// acknowledged before is durable after.
+    pub fn flush(&self) -> Result<(), EngineError> {
+        self.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        self.sync_all()
+    }
+
+    /// [`LogEngine::flush`] without the count: the log written, the device flushed, and the
+    /// records below that point marked flushed (the next log block proves them).
+    pub(super) fn sync_all(&self) -> Result<(), EngineError> {
+        let written = self.log_sync(u64::MAX, true)?;
+        self.dev_flush()?;
+        let mut st = self.state.lock();
+        st.log.flushed_seq = st.log.flushed_seq.max(written);
+        Ok(())
+    }
+
+    /// The one device flush; a failure stops the engine.
+    pub(super) fn dev_flush(&self) -> Result<(), EngineError> {
+        self.stats.dev_flushes.fetch_add(1, Ordering::Relaxed);
+        self.dev(self.dev.flush())
+    }
+
+    /// Fold the log into the index pages, directory and zone table, and start the next
+    /// generation's log half. The caller holds `wlock` (no record is appended meanwhile).
+    ///
+    /// 1. Write the log and flush: every record below S is durable with its data, so no page
+    ///    written next can name data a power cut would take back.
+    /// 2. Write the dirty pages (folded to S) in place, the directory and zone table copy
+    ///    `g' % 2`; flush.
+    /// 3. Write superblock slot `g' % 2`; flush. Only now does epoch g' log into its half.
+    pub(super) fn checkpoint(&self) -> Result<(), EngineError> {
+        self.sync_all()?;
+        let (pages, dir, zt, sb, gen) = {
+            let mut st = self.state.lock();
+            let s = st.log.next_seq;
+            let gen = st.gen + 1;
+            let l = &self.layout;
+            let pages = st.index.take_dirty(s);
+            let dir: Vec<_> = (0..l.dir_blocks)
+                .map(|j| encode_dir(j, gen, &st.index.dir_entries(j)))
+                .collect();
+            let zt = st.zones.encode_table(l, gen);
+            let c = Checkpoint {
+                gen,
+                ckpt_seq: s,
+                clock: st.clock,
+            };
+            (pages, dir, zt, encode_sb(l, &c), gen)
+        };
+        let l = &self.layout;
+        let copy = (gen % 2) as usize;
+        for (p, img) in &pages {
+            self.dev(conv_write(
+                &*self.dev,
+                l,
+                l.page_start() + p.0 as u64,
+                &img[..],
+            ))?;
+        }
+        self.write_blocks(l.dir_start(copy), &dir)?;
+        self.write_blocks(l.zt_start(copy), &zt)?;
+        self.dev_flush()?;
+        self.dev(conv_write(&*self.dev, l, gen % 2, &sb[..]))?;
+        self.dev_flush()?;
+        let mut st = self.state.lock();
+        st.gen = gen;
+        st.log.switch_epoch(gen);
+        self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(gen, pages = pages.len(), "log layout checkpoint");
+        Ok(())
+    }
+
+    /// Write block images at conventional blocks `start..`.
+    fn write_blocks(&self, start: u64, blocks: &[Box<[u8; BLOCK]>]) -> Result<(), EngineError> {
+        let mut buf = Vec::with_capacity(blocks.len() * BLOCK);
+        for b in blocks {
+            buf.extend_from_slice(&b[..]);
+        }
+        self.dev(conv_write(&*self.dev, &self.layout, start, &buf))
+    }
+}
+
+/// Blocks an `Append` covers (the `landed` flags apply needs), 0 for other records.
+fn rec_blocks(rec: &LogRec) -> usize {
+    match rec {
+        LogRec::Append { crcs, .. } => crcs.len(),
+        _ => 0,
+    }
+}

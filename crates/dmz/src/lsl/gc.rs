@@ -1,0 +1,320 @@
+//! Garbage collection, one victim at a time, in the writers (this slice has no GC thread):
+//! the victim's live blocks, found through its summary, are copied in logical order into
+//! the GC frontier a batch at a time; once all are copied: flush, `Move` records for the
+//! copies still live, `ZoneFree`, log write, flush, and only then the victim's reset.
+//!
+//! Pacing: below `gc_start_zones` free zones, each user write of n blocks owes
+//! `n × valid / invalid` blocks of copying (the victim's ratio: GC then frees space as fast
+//! as users take it), paid in batches (`gc_batch_blocks`, 256), so a writer waits for at most a batch and
+//! a victim's finish, not a whole victim. A frontier that needs a zone below
+//! `gc_low_zones` runs GC to completion (`gc_one`).
+
+use std::sync::atomic::Ordering;
+
+use zbd::ZoneOp;
+
+use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
+
+use super::layout::{decode_summary, Pba, ENTRIES};
+use super::record::{Class, LogRec};
+use super::{EngineError, LogEngine};
+
+/// A victim being emptied, owned by the state (`Meta::gc`).
+pub(crate) struct GcWork {
+    victim: ZoneId,
+    /// Its live blocks when it was chosen, in logical order, and how far the copy went.
+    live: Vec<(Lba, u32)>,
+    next: usize,
+    /// (logical block, offset in the victim, where it was copied).
+    copied: Vec<(Lba, u32, Pba)>,
+    /// Blocks of copying owed per user block written: valid / invalid at the start.
+    ratio: f64,
+}
+
+/// What one step of GC did.
+enum Step {
+    NoVictim,
+    Copied(u64),
+    Finished,
+}
+
+impl LogEngine {
+    /// Empty a victim (the one in progress, else the best): true, or false when no full
+    /// zone has an invalid block (GC can free nothing). The caller holds `wlock`.
+    pub(super) fn gc_one(&self) -> Result<bool, EngineError> {
+        loop {
+            match self.gc_step(u64::MAX)? {
+                Step::NoVictim => return Ok(false),
+                Step::Finished => return Ok(true),
+                Step::Copied(_) => {}
+            }
+        }
+    }
+
+    /// After a user write of `n` blocks (the caller holds `wlock`): when free zones are below
+    /// `gc_start_zones` or a victim is in progress, add what the write owes GC and pay it in
+    /// whole batches.
+    pub(super) fn gc_paced(&self, n: u64) -> Result<(), EngineError> {
+        {
+            let st = self.state.lock();
+            if st.gc.is_none() && st.zones.nr_free() >= self.opts.gc_start_zones {
+                return Ok(());
+            }
+        }
+        if self.state.lock().gc.is_none() {
+            match self.gc_step(0) {
+                Ok(Step::Copied(_)) => {}
+                Ok(Step::NoVictim | Step::Finished) | Err(EngineError::NoSpace(_)) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        let mut st = self.state.lock();
+        let ratio = st.gc.as_ref().map_or(0.0, |w| w.ratio);
+        st.gc_debt += n as f64 * ratio;
+        // A batch, or what is left of the victim when that is less.
+        let due = |st: &super::meta::Meta| {
+            st.gc
+                .as_ref()
+                .map_or(0, |w| (w.live.len() - w.next).min(self.batch()))
+        };
+        while st.gc.is_some() && st.gc_debt >= due(&st).max(1) as f64 {
+            drop(st);
+            let step = match self.gc_step(self.batch() as u64) {
+                // The write itself is logged: no room for GC now is the forced path's
+                // business (it is the one that answers ENOSPC).
+                Err(EngineError::NoSpace(_)) => return Ok(()),
+                r => r?,
+            };
+            self.stats.gc_paced.fetch_add(1, Ordering::Relaxed);
+            st = self.state.lock();
+            match step {
+                Step::Copied(k) => st.gc_debt -= k.max(1) as f64,
+                Step::NoVictim | Step::Finished => st.gc_debt = 0.0,
+            }
+        }
+        Ok(())
+    }
+
+    /// Copy up to `max` blocks of the victim in progress (choosing one first if none),
+    /// finishing it once everything is copied.
+    fn gc_step(&self, max: u64) -> Result<Step, EngineError> {
+        let work = self.state.lock().gc.take();
+        let mut work = match work {
+            Some(w) => w,
+            None => match self.start_victim()? {
+                Some(w) => w,
+                None => return Ok(Step::NoVictim),
+            },
+        };
+        let mut copied = 0;
+        while work.next < work.live.len() && copied < max {
+            copied += self.copy_batch(&mut work, max - copied)?;
+        }
+        if work.next < work.live.len() {
+            self.state.lock().gc = Some(work);
+            return Ok(Step::Copied(copied));
+        }
+        self.finish(work)?;
+        // What writes owed this victim is paid, whichever path finished it.
+        self.state.lock().gc_debt = 0.0;
+        Ok(Step::Finished)
+    }
+
+    /// Blocks per GC copy batch.
+    fn batch(&self) -> usize {
+        self.opts.gc_batch_blocks.clamp(1, IO_BATCH_BLOCKS) as usize
+    }
+
+    /// The best victim and its live blocks, or None.
+    fn start_victim(&self) -> Result<Option<GcWork>, EngineError> {
+        let victim = {
+            let st = self.state.lock();
+            st.zones.pick_victim(st.clock, self.layout.data_blocks())
+        };
+        let Some(victim) = victim else {
+            self.stats.gc_no_victim.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        };
+        let live = self.live_blocks(victim)?;
+        let invalid = (self.layout.data_blocks() as usize)
+            .saturating_sub(live.len())
+            .max(1);
+        Ok(Some(GcWork {
+            victim,
+            ratio: live.len() as f64 / invalid as f64,
+            live,
+            next: 0,
+            copied: Vec::new(),
+        }))
+    }
+
+    /// Copy the next still-live blocks of the victim (at most `max`, one batch) to the GC
+    /// frontier. Returns how many were copied.
+    fn copy_batch(&self, work: &mut GcWork, max: u64) -> Result<u64, EngineError> {
+        let limit = max.min(self.batch() as u64) as usize;
+        // Positions in `live` of the next entries the index still maps to the victim.
+        let picks: Vec<usize> = {
+            let st = self.state.lock();
+            let l = &self.layout;
+            (work.next..work.live.len())
+                .filter(|&i| {
+                    let (lba, off) = work.live[i];
+                    st.index.get(lba) == Some(l.pba(work.victim, off))
+                })
+                .take(limit)
+                .collect()
+        };
+        let Some(&last) = picks.last() else {
+            work.next = work.live.len();
+            return Ok(0);
+        };
+        let batch: Vec<(Lba, u32)> = picks.iter().map(|&i| work.live[i]).collect();
+        let lbas: Vec<Lba> = batch.iter().map(|&(l, _)| l).collect();
+        let (zone, off, k) = self.place(Class::Gc, &lbas)?;
+        let batch = &batch[..k as usize];
+        let mut buf = vec![0u8; batch.len() * BLOCK];
+        self.read_victim(work.victim, batch, &mut buf)?;
+        self.dev(self.dev.write_at(&buf, self.layout.zone_offset(zone, off)))?;
+        for (i, &(lba, from)) in batch.iter().enumerate() {
+            let to = self.layout.pba(zone, off + i as u32);
+            work.copied.push((lba, from, to));
+        }
+        work.next = if (k as usize) < picks.len() {
+            picks[k as usize]
+        } else {
+            last + 1
+        };
+        self.stats.gc_blocks.fetch_add(k as u64, Ordering::Relaxed);
+        Ok(k as u64)
+    }
+
+    /// Every live block is copied: flush the copies, log `Move` for those still live and
+    /// `ZoneFree`, write the log and flush, then reset the victim.
+    fn finish(&self, work: GcWork) -> Result<(), EngineError> {
+        let victim = work.victim;
+        // The copies are durable before any record names them (Move is trusted at replay).
+        self.dev_flush()?;
+        let moves = {
+            let st = self.state.lock();
+            let still: Vec<(Lba, Pba)> = work
+                .copied
+                .iter()
+                .filter(|&&(lba, from, _)| st.index.get(lba) == Some(self.layout.pba(victim, from)))
+                .map(|&(lba, _, to)| (lba, to))
+                .collect();
+            move_records(&self.layout, &still)
+        };
+        for m in moves {
+            self.log_op(m)?;
+        }
+        self.log_op(LogRec::ZoneFree { zone: victim })?;
+        // ZoneFree durable (and every record naming the victim before it) before the reset.
+        self.sync_all()?;
+        {
+            let _r = self.reset.write();
+            self.dev(self.dev.zone_mgmt(ZoneOp::Reset, victim.0))?;
+        }
+        self.state.lock().zones.get_mut(victim).needs_reset = false;
+        self.stats.gc_zones.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The victim's live blocks as (logical block, offset in the victim), in logical order:
+    /// its summary's entries that the index still maps there. Should the summary miss some
+    /// (the valid count says so: only damaged metadata does that), the index is searched
+    /// instead, so GC never frees a zone the index still maps into.
+    fn live_blocks(&self, victim: ZoneId) -> Result<Vec<(Lba, u32)>, EngineError> {
+        let summary = self.read_summary(victim)?;
+        let st = self.state.lock();
+        let live_of = |summary: &[Option<Lba>]| -> Vec<(Lba, u32)> {
+            let mut v: Vec<(Lba, u32)> = summary
+                .iter()
+                .enumerate()
+                .filter_map(|(off, l)| Some(((*l)?, off as u32)))
+                .filter(|&(l, _)| (l.0 as u64) < self.layout.user_blocks)
+                .filter(|&(l, off)| st.index.get(l) == Some(self.layout.pba(victim, off)))
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let live = live_of(&summary);
+        if live.len() as u32 == st.zones.get(victim).valid {
+            return Ok(live);
+        }
+        tracing::warn!(zone = %victim, "zone summary misses live blocks: searching the index");
+        self.stats.summary_rebuilds.fetch_add(1, Ordering::Relaxed);
+        Ok(live_of(&st.reverse_map(victim)))
+    }
+
+    /// The logical block of each data block of a full zone, from its summary; a summary block
+    /// that fails its check (torn by a power cut) is rebuilt from the index.
+    fn read_summary(&self, zone: ZoneId) -> Result<Vec<Option<Lba>>, EngineError> {
+        let l = &self.layout;
+        let mut buf = vec![0u8; l.summary_blocks as usize * BLOCK];
+        self.dev(
+            self.dev
+                .read_at(&mut buf, l.zone_offset(zone, l.data_blocks())),
+        )?;
+        let mut out = Vec::with_capacity(l.data_blocks() as usize);
+        let mut rebuilt: Option<Vec<Option<Lba>>> = None;
+        for (j, b) in buf.chunks(BLOCK).enumerate() {
+            let n = (l.data_blocks() as usize - j * ENTRIES).min(ENTRIES);
+            match decode_summary(zone, j as u32, b) {
+                Some(e) => out.extend_from_slice(&e[..n]),
+                None => {
+                    self.stats.summary_rebuilds.fetch_add(1, Ordering::Relaxed);
+                    let r = rebuilt.get_or_insert_with(|| self.state.lock().reverse_map(zone));
+                    out.extend_from_slice(&r[j * ENTRIES..j * ENTRIES + n]);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Read the victim's blocks `batch` (runs of consecutive offsets at once) into `buf`.
+    fn read_victim(
+        &self,
+        victim: ZoneId,
+        batch: &[(Lba, u32)],
+        buf: &mut [u8],
+    ) -> Result<(), EngineError> {
+        let mut i = 0;
+        while i < batch.len() {
+            let mut j = i + 1;
+            while j < batch.len() && batch[j].1 == batch[j - 1].1 + 1 {
+                j += 1;
+            }
+            let at = self.layout.zone_offset(victim, batch[i].1);
+            self.dev(self.dev.read_at(&mut buf[i * BLOCK..j * BLOCK], at))?;
+            i = j;
+        }
+        Ok(())
+    }
+}
+
+/// `Move` records for `copies` (logical block, new place; in logical order): one per run of
+/// consecutive logical blocks copied to consecutive blocks of one zone.
+fn move_records(l: &super::layout::Layout, copies: &[(Lba, Pba)]) -> Vec<LogRec> {
+    let mut moves = Vec::new();
+    let mut i = 0;
+    while i < copies.len() {
+        let mut j = i + 1;
+        while j < copies.len()
+            && copies[j].0 .0 == copies[j - 1].0 .0 + 1
+            && copies[j].1 .0 == copies[j - 1].1 .0 + 1
+            && l.zone_of(copies[j].1).0 == l.zone_of(copies[i].1).0
+        {
+            j += 1;
+        }
+        let (zone, off) = l.zone_of(copies[i].1);
+        moves.push(LogRec::Move {
+            lba: copies[i].0,
+            n: (j - i) as u32,
+            zone,
+            off,
+        });
+        i = j;
+    }
+    moves
+}

@@ -1,0 +1,129 @@
+//! The block-granular index: logical block -> device block, in pages of 1020 entries. In this
+//! slice every page is resident (no cache, no eviction); pages are still written to their
+//! slots by the checkpoint with the sequence number they are folded to, so the format does
+//! not change when paging comes.
+
+use crate::engine::ids::{Lba, PageId, BLOCK};
+
+use super::layout::{encode_page, Layout, Pba, ENTRIES, IN_SLOT, NONE};
+
+/// One resident page: its entries as stored (`NONE`: unmapped) and the first record not
+/// folded into its on-disk copy (0 for a page never written).
+struct Page {
+    entries: Box<[u32; ENTRIES]>,
+    seq: u64,
+    mapped: u32,
+}
+
+pub(crate) struct Index {
+    pages: Vec<Option<Page>>,
+    /// Pages changed since the last checkpoint wrote them.
+    dirty: Vec<bool>,
+}
+
+impl Index {
+    pub fn new(nr_pages: u32) -> Index {
+        Index {
+            pages: (0..nr_pages).map(|_| None).collect(),
+            dirty: vec![false; nr_pages as usize],
+        }
+    }
+
+    /// A page read from its slot at open.
+    pub fn load_page(&mut self, p: PageId, seq: u64, entries: Box<[u32; ENTRIES]>) {
+        let mapped = entries.iter().filter(|&&v| v != NONE).count() as u32;
+        self.pages[p.idx()] = Some(Page {
+            entries,
+            seq,
+            mapped,
+        });
+    }
+
+    pub fn get(&self, lba: Lba) -> Option<Pba> {
+        let (p, i) = Layout::page_of(lba);
+        let v = self.pages[p.idx()].as_ref()?.entries[i];
+        (v != NONE).then_some(Pba(v))
+    }
+
+    /// Map `lba` to `to`; returns the old location.
+    pub fn set(&mut self, lba: Lba, to: Option<Pba>) -> Option<Pba> {
+        let (p, i) = Layout::page_of(lba);
+        let slot = &mut self.pages[p.idx()];
+        if slot.is_none() && to.is_none() {
+            return None;
+        }
+        let page = slot.get_or_insert_with(|| Page {
+            entries: Box::new([NONE; ENTRIES]),
+            seq: 0,
+            mapped: 0,
+        });
+        let old = std::mem::replace(&mut page.entries[i], to.map_or(NONE, |p| p.0));
+        page.mapped = page.mapped + to.is_some() as u32 - (old != NONE) as u32;
+        self.dirty[p.idx()] = true;
+        (old != NONE).then_some(Pba(old))
+    }
+
+    /// Whether page `p` maps anything (a page that does not can be skipped whole).
+    pub fn has_page(&self, p: PageId) -> bool {
+        self.pages[p.idx()].is_some()
+    }
+
+    /// Every record below this sequence number is folded into `p`'s entries already (replay
+    /// skips them for this page).
+    pub fn page_seq(&self, p: PageId) -> u64 {
+        self.pages[p.idx()].as_ref().map_or(0, |pg| pg.seq)
+    }
+
+    /// Checkpoint: images of the dirty pages folded up to `seq` (pages left with nothing
+    /// mapped are dropped instead: the directory says so), and the dirty marks cleared.
+    pub fn take_dirty(&mut self, seq: u64) -> Vec<(PageId, Box<[u8; BLOCK]>)> {
+        let mut out = Vec::new();
+        for (p, d) in self.dirty.iter_mut().enumerate() {
+            if !std::mem::take(d) {
+                continue;
+            }
+            let slot = &mut self.pages[p];
+            match slot {
+                Some(pg) if pg.mapped == 0 => *slot = None,
+                Some(pg) => {
+                    pg.seq = seq;
+                    out.push((
+                        PageId(p as u32),
+                        encode_page(PageId(p as u32), seq, &pg.entries),
+                    ));
+                }
+                None => {}
+            }
+        }
+        out
+    }
+
+    /// The directory entries of pages `j * 1020 ..` (after [`Index::take_dirty`]: every
+    /// resident page is in its slot).
+    pub fn dir_entries(&self, j: u32) -> [u32; ENTRIES] {
+        let mut e = [NONE; ENTRIES];
+        let first = j as usize * ENTRIES;
+        for (k, v) in e.iter_mut().enumerate() {
+            if let Some(Some(_)) = self.pages.get(first + k) {
+                *v = IN_SLOT;
+            }
+        }
+        e
+    }
+
+    /// Every mapped (logical, device) pair, in logical order.
+    pub fn mapped(&self) -> impl Iterator<Item = (Lba, Pba)> + '_ {
+        self.pages.iter().enumerate().flat_map(|(p, pg)| {
+            pg.iter().flat_map(move |pg| {
+                pg.entries.iter().enumerate().filter_map(move |(i, &v)| {
+                    (v != NONE).then_some((Lba((p * ENTRIES + i) as u32), Pba(v)))
+                })
+            })
+        })
+    }
+
+    /// Resident pages and their bytes.
+    pub fn resident_bytes(&self) -> u64 {
+        self.pages.iter().flatten().count() as u64 * BLOCK as u64
+    }
+}

@@ -1,0 +1,198 @@
+//! Reads, writes and discards, and where data goes: the frontier of its class, sealed with
+//! its summary when its data part is full, replaced by a free zone (GC first when free zones
+//! run low).
+
+use std::sync::atomic::Ordering;
+
+use zbd::ZoneOp;
+
+use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
+
+use super::layout::{encode_summary, Pba, ENTRIES};
+use super::record::{Class, LogRec};
+use super::zones::ZoneState;
+use super::{EngineError, LogEngine};
+
+impl LogEngine {
+    /// Read `buf.len()` bytes at `offset`; blocks never written (or discarded) read as zeros
+    /// without device I/O.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        let (first, n) = self.range(offset, buf.len())?;
+        self.stats.reads.fetch_add(1, Ordering::Relaxed);
+        // Held until the device reads are done: GC does not reset a zone under them.
+        let _r = self.reset.read();
+        let pbas: Vec<Option<Pba>> = {
+            let st = self.state.lock();
+            (0..n).map(|i| st.index.get(Lba(first + i))).collect()
+        };
+        let mut i = 0;
+        while i < pbas.len() {
+            let Some(p) = pbas[i] else {
+                buf[i * BLOCK..(i + 1) * BLOCK].fill(0);
+                i += 1;
+                continue;
+            };
+            let mut j = i + 1;
+            while j < pbas.len() && pbas[j] == Some(Pba(p.0 + (j - i) as u32)) {
+                j += 1;
+            }
+            let off = p.0 as u64 * BLOCK as u64;
+            self.dev
+                .read_at(&mut buf[i * BLOCK..j * BLOCK], off)
+                .map_err(EngineError::Device)?;
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// Write `data` at `offset`: appended at the user frontier, logged, and acknowledged once
+    /// its log block is written (it survives a daemon crash); with `fua`, flushed too.
+    pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), EngineError> {
+        let (first, n) = self.range(offset, data.len())?;
+        self.check_failed()?;
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        let last = {
+            let _w = self.wlock.lock();
+            let mut done = 0u32;
+            let mut last = 0;
+            while done < n {
+                let k = (n - done).min(IO_BATCH_BLOCKS);
+                let lbas: Vec<Lba> = (first + done..first + done + k).map(Lba).collect();
+                let (zone, off, k) = self.place(Class::User, &lbas)?;
+                let buf = &data[done as usize * BLOCK..(done + k) as usize * BLOCK];
+                self.dev(self.dev.write_at(buf, self.layout.zone_offset(zone, off)))?;
+                let crcs = buf.chunks(BLOCK).map(crc32fast::hash).collect();
+                last = self.log_op(LogRec::Append {
+                    lba: Lba(first + done),
+                    zone,
+                    off,
+                    crcs,
+                })?;
+                done += k;
+            }
+            self.gc_paced(n as u64)?;
+            last
+        };
+        self.stats
+            .user_blocks
+            .fetch_add(n as u64, Ordering::Relaxed);
+        if fua {
+            return self.sync_all();
+        }
+        self.log_sync(last + 1, false).map(|_| ())
+    }
+
+    /// Unmap `len` bytes at `offset` (they read as zeros); logged like a write.
+    pub fn discard(&self, offset: u64, len: u64) -> Result<(), EngineError> {
+        let (first, n) = self.range(offset, len as usize)?;
+        self.check_failed()?;
+        self.stats.discards.fetch_add(1, Ordering::Relaxed);
+        if n == 0 {
+            return Ok(());
+        }
+        let last = {
+            let _w = self.wlock.lock();
+            self.log_op(LogRec::Trim { lba: Lba(first), n })?
+        };
+        self.log_sync(last + 1, false).map(|_| ())
+    }
+
+    /// Room at `class`'s frontier for the first blocks of `lbas`: (zone, offset, how many).
+    /// The frontier's write pointer moves past them and its summary names them. The caller
+    /// holds `wlock` and writes the data there next.
+    pub(super) fn place(
+        &self,
+        class: Class,
+        lbas: &[Lba],
+    ) -> Result<(ZoneId, u32, u32), EngineError> {
+        let data_blocks = self.layout.data_blocks();
+        loop {
+            {
+                let mut st = self.state.lock();
+                if let Some(f) = st.zones.frontier(class) {
+                    let room = data_blocks - f.wp;
+                    if room > 0 {
+                        let k = room.min(lbas.len() as u32);
+                        let off = f.wp;
+                        for (i, l) in lbas[..k as usize].iter().enumerate() {
+                            f.summary[off as usize + i] = Some(*l);
+                        }
+                        f.wp += k;
+                        return Ok((f.zone, off, k));
+                    }
+                }
+            }
+            self.seal_frontier(class)?;
+            self.open_frontier(class)?;
+        }
+    }
+
+    /// Write the summary of `class`'s full frontier; the zone is then full.
+    fn seal_frontier(&self, class: Class) -> Result<(), EngineError> {
+        let f = {
+            let mut st = self.state.lock();
+            match st.zones.frontier(class).take() {
+                Some(f) => f,
+                None => return Ok(()),
+            }
+        };
+        self.write_summary(f.zone, 0, &f.summary)?;
+        self.state.lock().zones.get_mut(f.zone).state = ZoneState::Full;
+        Ok(())
+    }
+
+    /// Write summary blocks `from..` of `zone` (at the zone's write pointer, after its data
+    /// part) from `summary`, the logical block of each data block.
+    pub(super) fn write_summary(
+        &self,
+        zone: ZoneId,
+        from: u32,
+        summary: &[Option<Lba>],
+    ) -> Result<(), EngineError> {
+        let l = &self.layout;
+        let mut buf = Vec::new();
+        for j in from..l.summary_blocks {
+            let s = (j as usize * ENTRIES).min(summary.len());
+            let e = (s + ENTRIES).min(summary.len());
+            buf.extend_from_slice(&encode_summary(zone, j, &summary[s..e])[..]);
+        }
+        let at = l.zone_offset(zone, l.data_blocks() + from);
+        self.dev(self.dev.write_at(&buf, at))
+    }
+
+    /// Give `class` a new frontier: a free zone, reset if it holds old data, logged with
+    /// `ZoneOpen`. A user frontier runs GC first when free zones are low, and never takes
+    /// the GC reserve: ENOSPC once GC frees nothing.
+    fn open_frontier(&self, class: Class) -> Result<(), EngineError> {
+        if class == Class::User {
+            while self.state.lock().zones.nr_free() < self.opts.gc_low_zones {
+                if !self.gc_one()? {
+                    break;
+                }
+                self.stats.gc_forced.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let (zone, needs_reset) = {
+            let st = self.state.lock();
+            let reserve = match class {
+                Class::User => self.opts.gc_reserve_zones,
+                Class::Gc => 0,
+            };
+            match st.zones.first_free() {
+                Some(z) if st.zones.nr_free() > reserve => (z, st.zones.get(z).needs_reset),
+                _ => {
+                    return Err(EngineError::NoSpace(format!(
+                        "no free zone for the {class:?} frontier and GC frees nothing"
+                    )))
+                }
+            }
+        };
+        if needs_reset {
+            let _r = self.reset.write();
+            self.dev(self.dev.zone_mgmt(ZoneOp::Reset, zone.0))?;
+        }
+        self.state.lock().zones.get_mut(zone).needs_reset = false;
+        self.log_op(LogRec::ZoneOpen { zone, class })?;
+        Ok(())
+    }
+}

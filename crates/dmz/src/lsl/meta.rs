@@ -1,0 +1,181 @@
+//! The one owner of a log-layout volume's metadata state: index, zone table and frontiers,
+//! metadata log buffer, clock and checkpoint generation. Every change goes through a record
+//! ([`Meta::apply`]), the same function on the live path and at replay.
+
+use crate::engine::ids::{Lba, ZoneId, BLOCK};
+use crate::engine::meta::log::LogBuf;
+
+use super::gc::GcWork;
+use super::index::Index;
+use super::layout::{Layout, Pba, ENTRIES};
+use super::record::{Class, LogRec};
+use super::zones::{Frontier, ZoneState, Zones};
+
+/// Where a record is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ctx {
+    /// On the running engine: a zone opened becomes its class's frontier.
+    Live,
+    /// At open: records already folded into a page's on-disk copy are skipped for it, and
+    /// frontiers are settled after the whole log (`open::settle_zones`).
+    Replay,
+}
+
+pub(crate) struct Meta {
+    pub layout: Layout,
+    pub index: Index,
+    pub zones: Zones,
+    pub log: LogBuf<LogRec>,
+    /// User blocks written since format (the age of zones for cost-benefit).
+    pub clock: u64,
+    /// Generation of the last checkpoint; the log's epoch.
+    pub gen: u64,
+    /// The GC victim being emptied, and the blocks of copying user writes owe it.
+    pub gc: Option<GcWork>,
+    pub gc_debt: f64,
+}
+
+impl Meta {
+    /// Apply record `seq`. `landed[i]` says whether block `i` of an `Append` is on the device
+    /// (all true on the live path; replay checks unproven records).
+    pub fn apply(&mut self, rec: &LogRec, seq: u64, ctx: Ctx, landed: &[bool]) {
+        match *rec {
+            LogRec::Append {
+                lba,
+                zone,
+                off,
+                ref crcs,
+            } => {
+                for (i, ok) in landed.iter().enumerate().take(crcs.len()) {
+                    if *ok {
+                        let to = self.layout.pba(zone, off + i as u32);
+                        self.remap(Lba(lba.0 + i as u32), Some(to), seq, ctx);
+                    }
+                }
+                self.clock += crcs.len() as u64;
+                self.zones.get_mut(zone).last_append = self.clock;
+            }
+            LogRec::Move { lba, n, zone, off } => {
+                for i in 0..n {
+                    let to = self.layout.pba(zone, off + i);
+                    self.remap(Lba(lba.0 + i), Some(to), seq, ctx);
+                }
+                self.zones.get_mut(zone).last_append = self.clock;
+            }
+            LogRec::Trim { lba, n } => self.trim(lba, n, seq, ctx),
+            LogRec::ZoneOpen { zone, class } => {
+                let data_blocks = self.layout.data_blocks();
+                let z = self.zones.get_mut(zone);
+                z.state = ZoneState::Open(class);
+                z.last_append = self.clock;
+                if ctx == Ctx::Live {
+                    debug_assert!(!z.needs_reset);
+                    *self.zones.frontier(class) = Some(Frontier::new(zone, 0, data_blocks));
+                }
+            }
+            LogRec::ZoneFree { zone } => {
+                let z = self.zones.get_mut(zone);
+                debug_assert!(
+                    ctx == Ctx::Replay || z.valid == 0,
+                    "freed zone {zone} has valid blocks"
+                );
+                z.state = ZoneState::Free;
+                z.needs_reset = true;
+            }
+        }
+    }
+
+    /// Unmap `lba..lba + n`, skipping whole pages that map nothing (a discard of the whole
+    /// device, as mkfs makes, costs one step per page).
+    fn trim(&mut self, lba: Lba, n: u32, seq: u64, ctx: Ctx) {
+        let end = lba.0 as u64 + n as u64;
+        let mut b = lba.0 as u64;
+        while b < end {
+            let (p, i) = Layout::page_of(Lba(b as u32));
+            let page_end = (b + (ENTRIES - i) as u64).min(end);
+            if self.index.has_page(p) {
+                for x in b..page_end {
+                    self.remap(Lba(x as u32), None, seq, ctx);
+                }
+            }
+            b = page_end;
+        }
+    }
+
+    /// Point `lba` at `to`, moving one valid block from its old zone to the new one.
+    fn remap(&mut self, lba: Lba, to: Option<Pba>, seq: u64, ctx: Ctx) {
+        if ctx == Ctx::Replay && seq < self.index.page_seq(Layout::page_of(lba).0) {
+            return;
+        }
+        if let Some(old) = self.index.set(lba, to) {
+            let z = self.layout.zone_of(old).0;
+            let v = &mut self.zones.get_mut(z).valid;
+            *v = v.saturating_sub(1);
+        }
+        if let Some(t) = to {
+            self.zones.get_mut(self.layout.zone_of(t).0).valid += 1;
+        }
+    }
+
+    /// Valid counts from the index (at open: the zone table's are as of the checkpoint).
+    pub fn recount_valid(&mut self) {
+        for z in &mut self.zones.info {
+            z.valid = 0;
+        }
+        for (_, p) in self.index.mapped() {
+            self.zones.info[self.layout.zone_of(p).0.idx()].valid += 1;
+        }
+    }
+
+    /// The logical block each data block of `zone` holds per the index (`None` where
+    /// nothing live): the summary of an open zone rebuilt at open, or a summary block that
+    /// fails its CRC.
+    pub fn reverse_map(&self, zone: ZoneId) -> Vec<Option<Lba>> {
+        let mut s = vec![None; self.layout.data_blocks() as usize];
+        for (lba, p) in self.index.mapped() {
+            let (z, off) = self.layout.zone_of(p);
+            if z == zone && (off as usize) < s.len() {
+                s[off as usize] = Some(lba);
+            }
+        }
+        s
+    }
+
+    /// See `LogEngine::debug_check`; `zones` is the device's report.
+    pub fn check(&self, zones: &[zbd::Zone]) -> Result<(), String> {
+        let l = &self.layout;
+        let wp = |z: ZoneId| ((zones[z.idx()].wp - zones[z.idx()].start) / BLOCK as u64) as u32;
+        let mut valid = vec![0u32; self.zones.info.len()];
+        for (lba, p) in self.index.mapped() {
+            let (z, off) = l.zone_of(p);
+            let state = self.zones.get(z).state;
+            let ok = match state {
+                ZoneState::Open(_) => off < wp(z).min(l.data_blocks()),
+                ZoneState::Full => off < l.data_blocks(),
+                _ => false,
+            };
+            if !ok {
+                return Err(format!("block {} maps to {z}:{off} ({state:?})", lba.0));
+            }
+            valid[z.idx()] += 1;
+        }
+        for (z, i) in self.zones.info.iter().enumerate() {
+            if i.valid != valid[z] {
+                return Err(format!("zone {z}: valid {} counted {}", i.valid, valid[z]));
+            }
+        }
+        for (c, f) in self.zones.frontiers.iter().enumerate() {
+            if let Some(f) = f {
+                if self.zones.get(f.zone).state != ZoneState::Open(Class::ALL[c])
+                    || f.wp != wp(f.zone)
+                {
+                    return Err(format!(
+                        "frontier {c} at {}:{} disagrees with the device",
+                        f.zone, f.wp
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,250 @@
+//! The log-structured layout (issue 14; docs/design.md, "Log layout"; docs/log-layout.md):
+//! every write is appended at the write pointer of an open sequential zone (a frontier), a
+//! block-granular index finds the newest copy of each logical block, a metadata log in
+//! conventional space makes each write durable before it is acknowledged, checkpoints fold
+//! the log into the index pages, directory and zone table, and GC empties the zones with the
+//! best cost-benefit score into a GC frontier.
+//!
+//! - [`layout`]: areas and on-disk blocks; [`format`], [`is_log_layout`];
+//! - `record`: the log records (the log block header and scan are the v2 engine's,
+//!   `engine::meta::log`, with record set version 2);
+//! - `meta`: the one owner of the state (index, zones, log buffer) and `Meta::apply`;
+//! - `io`: reads, writes, discards and frontier placement; `durable`: the log writer (group
+//!   commit), flush and checkpoint; `gc`: garbage collection; `open`: format, load, replay.
+//!
+//! Locks, in the order they are taken: `wlock` (one placer of data at a time: writes,
+//! discards, GC, checkpoints), then `log_write` (one log writer), then `state`; `reset`
+//! (read side held by a read from its index lookup to its device read, write side by a zone
+//! reset) is never taken with `state` held.
+//!
+//! Not in this slice: paging the index (every page is resident), stream and hot/cold
+//! frontiers, GC on a worker thread and its pacing, extents in the directory.
+
+mod durable;
+mod gc;
+mod index;
+mod io;
+pub mod layout;
+mod meta;
+mod open;
+mod record;
+mod zones;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use zbd::ZonedDevice;
+
+pub use crate::engine::EngineError;
+pub use layout::FormatOptions;
+pub use open::{format, is_log_layout};
+
+use layout::Layout;
+use meta::Meta;
+
+/// Engine tuning.
+#[derive(Debug, Clone)]
+pub struct LogOptions {
+    /// Below this many free zones, user writes pay GC as they go (see `gc.rs`, pacing).
+    pub gc_start_zones: u32,
+    /// A frontier that needs a zone with fewer than this many free runs GC to completion.
+    pub gc_low_zones: u32,
+    /// Free zones only GC may take (so it can always empty a victim); a user write that
+    /// would take one gets ENOSPC once GC frees nothing.
+    pub gc_reserve_zones: u32,
+    /// Most blocks GC copies at once (one device read and write); paced GC pays its debt in
+    /// such batches.
+    pub gc_batch_blocks: u32,
+    /// Checkpoint when the current log half is this full (percent), or has no room.
+    pub checkpoint_pct: u64,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            gc_start_zones: 6,
+            gc_low_zones: 3,
+            gc_reserve_zones: 1,
+            gc_batch_blocks: IO_BATCH_BLOCKS,
+            checkpoint_pct: 90,
+        }
+    }
+}
+
+/// Counters and state, for status and tests.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct LogStats {
+    pub capacity_blocks: u64,
+    pub zones_free: u64,
+    pub zones_open: u64,
+    pub zones_full: u64,
+    pub valid_blocks: u64,
+    pub user_blocks_written: u64,
+    pub gc_blocks_copied: u64,
+    pub gc_zones_freed: u64,
+    /// Batches of GC copying paid by user writes (pacing), and victims a frontier had to
+    /// wait for whole (fewer than `gc_low_zones` free).
+    pub gc_paced_batches: u64,
+    pub gc_forced_victims: u64,
+    pub gc_runs_without_victim: u64,
+    pub write_amplification: f64,
+    pub checkpoints: u64,
+    pub log_blocks_written: u64,
+    pub device_flushes: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub discards: u64,
+    pub flushes: u64,
+    /// Summary blocks that failed their CRC and were rebuilt from the index.
+    pub summary_rebuilds: u64,
+    /// At the last open: records replayed, and `Append` blocks dropped (not on the device).
+    pub replayed_records: u64,
+    pub replay_dropped_blocks: u64,
+    pub index_resident_bytes: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    user_blocks: AtomicU64,
+    gc_blocks: AtomicU64,
+    gc_zones: AtomicU64,
+    gc_paced: AtomicU64,
+    gc_forced: AtomicU64,
+    gc_no_victim: AtomicU64,
+    checkpoints: AtomicU64,
+    log_blocks: AtomicU64,
+    dev_flushes: AtomicU64,
+    reads: AtomicU64,
+    writes: AtomicU64,
+    discards: AtomicU64,
+    flushes: AtomicU64,
+    summary_rebuilds: AtomicU64,
+    replayed: AtomicU64,
+    replay_dropped: AtomicU64,
+}
+
+/// A log-layout volume, open.
+pub struct LogEngine {
+    dev: Arc<dyn ZonedDevice>,
+    layout: Layout,
+    opts: LogOptions,
+    state: Mutex<Meta>,
+    wlock: Mutex<()>,
+    log_write: Mutex<()>,
+    reset: RwLock<()>,
+    failed: Mutex<Option<String>>,
+    stats: Counters,
+}
+
+impl LogEngine {
+    /// Exposed bytes.
+    pub fn capacity(&self) -> u64 {
+        self.layout.user_blocks * BLOCK as u64
+    }
+
+    /// Checkpoint and close.
+    pub fn close(self) -> Result<(), EngineError> {
+        self.check_failed()?;
+        let _w = self.wlock.lock();
+        self.checkpoint()
+    }
+
+    /// Test hook: checkpoint now (what a full log half or close does), whatever is
+    /// unflushed.
+    #[doc(hidden)]
+    pub fn debug_checkpoint(&self) -> Result<(), EngineError> {
+        self.check_failed()?;
+        let _w = self.wlock.lock();
+        self.checkpoint()
+    }
+
+    /// Test hook: the state's invariants (valid counts match the index, every mapped block
+    /// lies in the written data part of an open or full zone, frontiers match the device's
+    /// write pointers). Call with no request in flight.
+    #[doc(hidden)]
+    pub fn debug_check(&self) -> Result<(), String> {
+        let zones = self.dev.report_all().map_err(|e| e.to_string())?;
+        self.state.lock().check(&zones)
+    }
+
+    pub fn stats(&self) -> LogStats {
+        let st = self.state.lock();
+        let z = &st.zones;
+        let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let user = c(&self.stats.user_blocks);
+        let gc = c(&self.stats.gc_blocks);
+        LogStats {
+            capacity_blocks: self.layout.user_blocks,
+            zones_free: z.nr_free() as u64,
+            zones_open: z.count(|s| matches!(s, zones::ZoneState::Open(_))) as u64,
+            zones_full: z.count(|s| s == zones::ZoneState::Full) as u64,
+            valid_blocks: z.info.iter().map(|i| i.valid as u64).sum(),
+            user_blocks_written: user,
+            gc_blocks_copied: gc,
+            gc_zones_freed: c(&self.stats.gc_zones),
+            gc_paced_batches: c(&self.stats.gc_paced),
+            gc_forced_victims: c(&self.stats.gc_forced),
+            gc_runs_without_victim: c(&self.stats.gc_no_victim),
+            write_amplification: if user == 0 {
+                0.0
+            } else {
+                (user + gc) as f64 / user as f64
+            },
+            checkpoints: c(&self.stats.checkpoints),
+            log_blocks_written: c(&self.stats.log_blocks),
+            device_flushes: c(&self.stats.dev_flushes),
+            reads: c(&self.stats.reads),
+            writes: c(&self.stats.writes),
+            discards: c(&self.stats.discards),
+            flushes: c(&self.stats.flushes),
+            summary_rebuilds: c(&self.stats.summary_rebuilds),
+            replayed_records: c(&self.stats.replayed),
+            replay_dropped_blocks: c(&self.stats.replay_dropped),
+            index_resident_bytes: st.index.resident_bytes(),
+        }
+    }
+
+    fn check_failed(&self) -> Result<(), EngineError> {
+        match &*self.failed.lock() {
+            Some(m) => Err(EngineError::Failed(m.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Stop the engine: every later request fails. Returns `e` for the caller to report.
+    fn fail(&self, e: EngineError) -> EngineError {
+        let mut f = self.failed.lock();
+        if f.is_none() {
+            tracing::warn!(error = %e, "log engine stopped");
+            *f = Some(e.to_string());
+        }
+        e
+    }
+
+    /// A device result: an error stops the engine (metadata or data placement may be half
+    /// done).
+    fn dev<T>(&self, r: zbd::Result<T>) -> Result<T, EngineError> {
+        r.map_err(|e| self.fail(EngineError::Device(e)))
+    }
+
+    /// (first block, blocks) of a request, or why it is refused.
+    fn range(&self, offset: u64, len: usize) -> Result<(u32, u32), EngineError> {
+        let b = BLOCK as u64;
+        let len = len as u64;
+        if !offset.is_multiple_of(b) || !len.is_multiple_of(b) {
+            return Err(EngineError::Invalid(format!(
+                "offset {offset} and length {len} must be multiples of {b}"
+            )));
+        }
+        if offset.checked_add(len).is_none_or(|e| e > self.capacity()) {
+            return Err(EngineError::Invalid(format!(
+                "{len} bytes at {offset} are beyond the capacity {}",
+                self.capacity()
+            )));
+        }
+        Ok(((offset / b) as u32, (len / b) as u32))
+    }
+}
+
+use crate::engine::ids::{BLOCK, IO_BATCH_BLOCKS};

@@ -1,0 +1,192 @@
+//! The zone table of a log-layout volume: each zone's state, valid blocks and age, the open
+//! frontiers with their summaries being built, and the GC victim rule.
+
+use crate::engine::ids::{Lba, ZoneId, BLOCK};
+
+use super::layout::{encode_zt, Layout, RawZte, ZT_ENTRIES};
+use super::record::Class;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ZoneState {
+    /// Empty (or to be reset first: `needs_reset`); may be taken by a frontier.
+    Free,
+    /// A frontier's zone, being filled.
+    Open(Class),
+    /// Data part and summary written.
+    Full,
+    /// Not a data zone: conventional, offline or read-only.
+    Unusable,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct ZoneInfo {
+    pub state: ZoneState,
+    /// Blocks the index maps into this zone.
+    pub valid: u32,
+    /// Clock (user blocks written) at the zone's last append, for cost-benefit.
+    pub last_append: u64,
+    /// Free, but holding old data: reset before it is written.
+    pub needs_reset: bool,
+}
+
+/// An open zone being filled: its next block and the logical block of each data block
+/// written so far (`None`: nothing, or not live when rebuilt at open).
+pub(crate) struct Frontier {
+    pub zone: ZoneId,
+    pub wp: u32,
+    pub summary: Vec<Option<Lba>>,
+}
+
+pub(crate) struct Zones {
+    pub info: Vec<ZoneInfo>,
+    pub frontiers: [Option<Frontier>; 2],
+}
+
+const FREE: u8 = 0;
+const OPEN: u8 = 1;
+const FULL: u8 = 2;
+const UNUSABLE: u8 = 3;
+
+impl Zones {
+    /// From the zone table entries of a checkpoint (states, ages; valid counts are recounted
+    /// from the index at open).
+    pub fn from_table(entries: &[RawZte]) -> Zones {
+        let info = entries
+            .iter()
+            .map(|e| ZoneInfo {
+                state: match (e.state, Class::from_disk(e.class)) {
+                    (FREE, _) => ZoneState::Free,
+                    (OPEN, Some(c)) => ZoneState::Open(c),
+                    (FULL, _) => ZoneState::Full,
+                    _ => ZoneState::Unusable,
+                },
+                valid: e.valid.get(),
+                last_append: e.last_append.get(),
+                needs_reset: false,
+            })
+            .collect();
+        Zones {
+            info,
+            frontiers: [None, None],
+        }
+    }
+
+    pub fn get(&self, z: ZoneId) -> &ZoneInfo {
+        &self.info[z.idx()]
+    }
+
+    pub fn get_mut(&mut self, z: ZoneId) -> &mut ZoneInfo {
+        &mut self.info[z.idx()]
+    }
+
+    pub fn is_data_zone(&self, z: ZoneId) -> bool {
+        self.info
+            .get(z.idx())
+            .is_some_and(|i| i.state != ZoneState::Unusable)
+    }
+
+    pub fn frontier(&mut self, c: Class) -> &mut Option<Frontier> {
+        &mut self.frontiers[c.idx()]
+    }
+
+    pub fn nr_free(&self) -> u32 {
+        self.count(|s| s == ZoneState::Free)
+    }
+
+    pub fn count(&self, f: impl Fn(ZoneState) -> bool) -> u32 {
+        self.info.iter().filter(|i| f(i.state)).count() as u32
+    }
+
+    /// The free zone a frontier takes next (lowest number first).
+    pub fn first_free(&self) -> Option<ZoneId> {
+        self.info
+            .iter()
+            .position(|i| i.state == ZoneState::Free)
+            .map(|z| ZoneId(z as u32))
+    }
+
+    /// The zone table blocks of generation `gen`.
+    pub fn encode_table(&self, l: &Layout, gen: u64) -> Vec<Box<[u8; BLOCK]>> {
+        (0..l.zt_blocks)
+            .map(|j| {
+                let mut e = [RawZte::empty(); ZT_ENTRIES];
+                let first = j as usize * ZT_ENTRIES;
+                for (k, raw) in e.iter_mut().enumerate() {
+                    if let Some(i) = self.info.get(first + k) {
+                        *raw = RawZte::of(i);
+                    }
+                }
+                encode_zt(j, gen, &e)
+            })
+            .collect()
+    }
+
+    /// GC's victim: among full zones with invalid blocks, the largest
+    /// `(age + 1) * invalid / (2 * valid)` (dm-zap's cost-benefit; an empty zone first).
+    pub fn pick_victim(&self, clock: u64, data_blocks: u32) -> Option<ZoneId> {
+        let score = |i: &ZoneInfo| {
+            let invalid = data_blocks.saturating_sub(i.valid) as f64;
+            let age = clock.saturating_sub(i.last_append) as f64 + 1.0;
+            if i.valid == 0 {
+                f64::INFINITY
+            } else {
+                age * invalid / (2.0 * i.valid as f64)
+            }
+        };
+        self.info
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.state == ZoneState::Full && i.valid < data_blocks)
+            .map(|(z, i)| (ZoneId(z as u32), score(i)))
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+            .map(|(z, _)| z)
+    }
+}
+
+impl RawZte {
+    fn empty() -> RawZte {
+        RawZte {
+            valid: 0.into(),
+            last_append: 0.into(),
+            class: 0,
+            gen: 0,
+            state: UNUSABLE,
+            pad: 0,
+        }
+    }
+
+    fn of(i: &ZoneInfo) -> RawZte {
+        let (state, class) = match i.state {
+            ZoneState::Free => (FREE, 0),
+            ZoneState::Open(c) => (OPEN, c.to_disk()),
+            ZoneState::Full => (FULL, 0),
+            ZoneState::Unusable => (UNUSABLE, 0),
+        };
+        RawZte {
+            valid: i.valid.into(),
+            last_append: i.last_append.into(),
+            class,
+            gen: 0,
+            state,
+            pad: 0,
+        }
+    }
+
+    /// A fresh volume's entry: free data zone or unusable.
+    pub(crate) fn fresh(data_zone: bool) -> RawZte {
+        RawZte {
+            state: if data_zone { FREE } else { UNUSABLE },
+            ..RawZte::empty()
+        }
+    }
+}
+
+impl Frontier {
+    pub fn new(zone: ZoneId, wp: u32, data_blocks: u32) -> Frontier {
+        Frontier {
+            zone,
+            wp,
+            summary: vec![None; data_blocks as usize],
+        }
+    }
+}

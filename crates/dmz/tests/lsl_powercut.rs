@@ -1,0 +1,281 @@
+//! Power cuts at every device-write boundary of seeded workloads on the log layout, over
+//! zbd's FaultyDevice: writes, flushes, FUA writes and discards on a volume small enough
+//! that GC runs and a log ring small enough that checkpoints run (and `Commit` ops
+//! checkpoint at any point, unflushed writes or not). After the cut (keeping
+//! all, none or a random half of the unflushed writes, or only those to conventional zones
+//! (metadata), or only those to sequential zones (data)) the volume must open, every write
+//! acknowledged by a flush or a FUA write must read back (or a later write of its blocks),
+//! and no block may read as data never written to it. Release builds run at least 10,000
+//! crash points; the count is printed.
+
+mod common;
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use common::lsl::*;
+use common::powercut::{check_read, Op};
+use common::*;
+use dmz::lsl::{LogEngine, LogOptions};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use zbd::{FaultyDevice, MemDevice, OpKind, ZoneOp};
+
+const NR_CONV: u32 = 4;
+/// Keep patterns: all, none, a random half, conventional (metadata) only, sequential (data)
+/// only.
+const PATTERNS: u64 = 5;
+
+/// GC copies 4 blocks at a time: a victim of these 15-block zones takes several batches,
+/// with user writes (and power cuts) between them.
+fn opts() -> LogOptions {
+    LogOptions {
+        gc_batch_blocks: 4,
+        ..lsl_test_opts()
+    }
+}
+
+/// 20 zones of 64 KiB (15 data blocks + 1 summary block), 4 conventional; a 32-block log
+/// ring (16 per generation).
+fn template() -> Arc<MemDevice> {
+    formatted_lsl(64, 20, NR_CONV, 32)
+}
+
+/// The zone of each write the device holds unflushed, in the order `FaultyDevice` indexes
+/// them for `power_cut` (observed through a fault rule that never fires).
+fn watch_pending(dev: &FaultyDevice<MemDevice>) -> Arc<Mutex<Vec<u32>>> {
+    let pending = Arc::new(Mutex::new(Vec::new()));
+    let p = pending.clone();
+    dev.fail_matching(
+        move |op| {
+            let mut v = p.lock();
+            match op.kind {
+                OpKind::Write if op.len > 0 => v.push(op.zone),
+                OpKind::Flush => v.clear(),
+                OpKind::ZoneMgmt(ZoneOp::Reset) => v.retain(|&z| z != op.zone),
+                OpKind::ResetAll => v.retain(|&z| z < NR_CONV),
+                _ => {}
+            }
+            false
+        },
+        libc::EIO,
+    );
+    pending
+}
+
+fn workload(seed: u64, n: usize, blocks: u64) -> Vec<Op> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut ops = Vec::new();
+    for _ in 0..n {
+        let len = if rng.gen_bool(0.8) {
+            rng.gen_range(1..=8)
+        } else {
+            rng.gen_range(9..=40)
+        }
+        .min(blocks);
+        let start = rng.gen_range(0..=blocks - len);
+        // Odd seeds flush rarely: checkpoints and GC then find unflushed writes.
+        let r = rng.gen_range(0..100);
+        let often = seed.is_multiple_of(2);
+        ops.push(match r {
+            0..=59 => Op::Write {
+                start,
+                len,
+                fua: false,
+            },
+            60..=69 if often || r < 62 => Op::Write {
+                start,
+                len,
+                fua: true,
+            },
+            70..=81 => Op::Discard { start, len },
+            82..=86 => Op::Commit,
+            _ if often || r > 97 => Op::Flush,
+            _ => Op::Write {
+                start,
+                len,
+                fua: false,
+            },
+        });
+    }
+    ops
+}
+
+/// Run ops until one fails; returns how many completed.
+fn run(e: &LogEngine, ops: &[Op]) -> usize {
+    for (i, op) in ops.iter().enumerate() {
+        let r = match *op {
+            Op::Write { start, len, fua } => {
+                let mut buf = vec![0u8; len as usize * BS];
+                pattern(i as u64 + 1, start, &mut buf);
+                e.write(start * BS as u64, &buf, fua)
+            }
+            Op::Discard { start, len } => e.discard(start * BS as u64, len * BS as u64),
+            Op::Flush => e.flush(),
+            Op::Commit => e.debug_checkpoint(),
+        };
+        if r.is_err() {
+            return i;
+        }
+    }
+    ops.len()
+}
+
+/// A copy of `base` loses power after its device write `k` of an open followed by `work`
+/// on the engine (if it opened), keeping the unflushed writes `pat` chooses: all (0), none
+/// (1), a random half (2), those to conventional zones (3) or to sequential zones (4).
+/// Returns the device as it comes back, and what `work` returned (0 if the open failed).
+fn cut_during(
+    base: &MemDevice,
+    k: u64,
+    pat: u64,
+    rng_seed: u64,
+    work: impl FnOnce(&LogEngine) -> usize,
+) -> (MemDevice, usize) {
+    let dev = Arc::new(FaultyDevice::new(base.snapshot()).unwrap());
+    let zones = watch_pending(&dev);
+    dev.cut_power_after_writes(k);
+    let done = match LogEngine::open(dev.clone(), opts()) {
+        Ok(e) => work(&e),
+        Err(_) => 0,
+    };
+    let mut rng = StdRng::seed_from_u64(rng_seed);
+    let zones = zones.lock().clone();
+    assert_eq!(zones.len(), dev.pending_writes());
+    let keep: Vec<bool> = zones
+        .iter()
+        .map(|&z| match pat {
+            0 => true,
+            1 => false,
+            2 => rng.gen_bool(0.5),
+            3 => z < NR_CONV,
+            _ => z >= NR_CONV,
+        })
+        .collect();
+    dev.power_cut(|i| keep[i]).unwrap();
+    (dev.inner().snapshot(), done)
+}
+
+/// Open `dev` and check every block against `ops`, `done` of which completed.
+fn verify(dev: MemDevice, ops: &[Op], done: usize, what: &str) {
+    let e = LogEngine::open(Arc::new(dev), opts())
+        .unwrap_or_else(|err| panic!("{what}: reopen failed: {err}"));
+    let mut got = vec![0u8; e.capacity() as usize];
+    e.read(0, &mut got)
+        .unwrap_or_else(|err| panic!("{what}: read: {err}"));
+    check_read(&got, ops, done, done + 1, what);
+}
+
+/// The power goes after device write `k` of `ops` (on a copy of `template`); then reopen
+/// and check.
+fn cut_and_verify(template: &MemDevice, ops: &[Op], seed: u64, k: u64, pat: u64) {
+    let (dev, done) = cut_during(template, k, pat, seed * 1_000_003 + k * 7 + pat, |e| {
+        run(e, ops)
+    });
+    verify(
+        dev,
+        ops,
+        done,
+        &format!("seed {seed} cut after write {k} pattern {pat}"),
+    );
+}
+
+/// Device writes an open of `dev` makes (replay, settling zones, checkpoint).
+fn open_writes(dev: &MemDevice) -> u64 {
+    let f = Arc::new(FaultyDevice::new(dev.snapshot()).unwrap());
+    drop(LogEngine::open(f.clone(), opts()).unwrap());
+    f.write_count()
+}
+
+#[test]
+fn power_cut_at_every_write() {
+    let release = !cfg!(debug_assertions);
+    let seeds: u64 = if release { 14 } else { 2 };
+    let first: u64 = std::env::var("LSL_POWERCUT_FIRST_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let nops = if release { 70 } else { 40 };
+    let template = template();
+    let (mut points, mut gc_zones, mut checkpoints, mut writes, mut paced) = (0u64, 0, 0, 0, 0);
+    let start = std::time::Instant::now();
+    for seed in first..first + seeds {
+        // Dry run: how many device writes the workload makes, and that it runs GC.
+        let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
+        let e = LogEngine::open(dev.clone(), opts()).unwrap();
+        let blocks = e.capacity() / BS as u64;
+        let ops = workload(seed, nops, blocks);
+        assert_eq!(run(&e, &ops), ops.len());
+        let s = e.stats();
+        gc_zones += s.gc_zones_freed;
+        paced += s.gc_paced_batches;
+        checkpoints += s.checkpoints;
+        drop(e);
+        let total = dev.write_count();
+        writes += total;
+        for k in 0..=total {
+            for pat in 0..PATTERNS {
+                cut_and_verify(&template, &ops, seed, k, pat);
+                points += 1;
+            }
+        }
+    }
+    eprintln!(
+        "log layout power cuts: {points} crash points over {writes} device writes, \
+         {gc_zones} GC zones ({paced} paced batches) and {checkpoints} checkpoints in the \
+         workloads, {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    assert!(
+        gc_zones > 0 && paced > 0 && checkpoints > seeds,
+        "the workloads must run GC (paced too) and checkpoints"
+    );
+    if release {
+        assert!(points >= 10_000, "only {points} crash points");
+    }
+}
+
+/// A second power cut during the open that recovers from a first one (its replay, the
+/// zones it pads and seals, its checkpoint), at every write of that open: the third open
+/// must still give every flushed write and nothing never written. First cuts: every 11th
+/// write of 6 workloads, a random half of the unflushed writes kept.
+#[test]
+fn power_cut_during_recovery() {
+    let release = !cfg!(debug_assertions);
+    let seeds: u64 = if release { 6 } else { 1 };
+    let template = template();
+    let (mut points, mut recovery_writes) = (0u64, 0u64);
+    let start = std::time::Instant::now();
+    for seed in 0..seeds {
+        let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
+        let e = LogEngine::open(dev.clone(), opts()).unwrap();
+        let ops = workload(seed, 70, e.capacity() / BS as u64);
+        assert_eq!(run(&e, &ops), ops.len());
+        drop(e);
+        for k in (0..=dev.write_count()).step_by(11) {
+            let (first, done) = cut_during(&template, k, 2, seed * 31 + k, |e| run(e, &ops));
+            let writes = open_writes(&first);
+            recovery_writes += writes;
+            for k2 in 0..=writes {
+                for pat in 0..PATTERNS {
+                    let (second, _) = cut_during(&first, k2, pat, k2 * 5 + pat, |_| 0);
+                    let what = format!(
+                        "seed {seed} cut after write {k}, then after write {k2} of the \
+                         recovery, pattern {pat}"
+                    );
+                    verify(second, &ops, done, &what);
+                    points += 1;
+                }
+            }
+        }
+    }
+    eprintln!(
+        "log layout power cuts during recovery: {points} crash points over \
+         {recovery_writes} recovery writes, {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    if release {
+        assert!(points > 1000, "only {points} crash points");
+    }
+}
