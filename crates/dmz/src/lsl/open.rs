@@ -8,6 +8,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use zbd::{Zone, ZoneOp, ZonedDevice};
 
+use super::layout::Pba;
 use crate::engine::ids::{PageId, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 use crate::engine::meta::log::{scan_half, LogBuf};
 
@@ -236,9 +237,10 @@ fn load_checkpoint(
                     let (seq, entries) = decode_page(p, &b).map_err(bad)?;
                     index.load_page(p, seq, entries);
                 }
+                first if p.0 < l.nr_pages => index.load_extent(p, ck.ckpt_seq, Pba(first)),
                 v => {
                     return Err(bad(format!(
-                        "directory entry {v:#x} of page {} not supported",
+                        "directory entry {v:#x} for page {}, beyond the last",
                         p.0
                     )))
                 }
