@@ -417,7 +417,10 @@ fn sequential_pages_are_stored_as_extents() {
     e.close().unwrap();
     let e = lopen(dev.clone());
     let extents = e.stats().index_extent_pages;
-    assert!(extents >= pages / 2, "{extents} of {pages} pages are extents");
+    assert!(
+        extents >= pages / 2,
+        "{extents} of {pages} pages are extents"
+    );
     m.verify(&e);
     m.write(&e, 1020 + 7, 3, 1000, false);
     e.close().unwrap();
@@ -429,4 +432,22 @@ fn sequential_pages_are_stored_as_extents() {
     let e = lopen(dev);
     m.verify(&e);
     e.debug_check().unwrap();
+}
+
+/// Formatting a former dm-zoned volume leaves no dm-zoned superblock at the start of any
+/// conventional zone (dm-zoned and dmzadm would find the old secondary one), and no old
+/// data in the data zones.
+#[test]
+fn formatting_over_a_v2_volume_leaves_no_dm_zoned_superblock() {
+    let dev = formatted_mem(256, 32, 4, 2);
+    let has_sb = |dev: &zbd::MemDevice| -> Vec<u32> {
+        (0..4)
+            .filter(|&z| dmz::format::has_magic(&peek(dev, z as u64 * (256 << 10), BS)))
+            .collect()
+    };
+    assert!(has_sb(&dev).len() >= 2, "the v2 format wrote both sets");
+    format(&*dev, &lsl_format_opts(64)).unwrap();
+    assert_eq!(has_sb(&dev), Vec::<u32>::new());
+    let e = lopen(dev.clone());
+    LModel::new(&e).verify(&e);
 }
