@@ -191,7 +191,7 @@ fn open_writes(dev: &MemDevice) -> u64 {
 #[test]
 fn power_cut_at_every_write() {
     let release = !cfg!(debug_assertions);
-    let seeds: u64 = if release { 14 } else { 2 };
+    let seeds: u64 = if release { 12 } else { 2 };
     let first: u64 = std::env::var("LSL_POWERCUT_FIRST_SEED")
         .ok()
         .and_then(|v| v.parse().ok())

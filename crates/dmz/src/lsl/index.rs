@@ -8,11 +8,27 @@ use crate::engine::ids::{Lba, PageId, BLOCK};
 use super::layout::{encode_page, Layout, Pba, ENTRIES, IN_SLOT, NONE};
 
 /// One resident page: its entries as stored (`NONE`: unmapped) and the first record not
-/// folded into its on-disk copy (0 for a page never written).
+/// folded into its on-disk copy (0 for a page never written). A page whose 1020 blocks sit
+/// at consecutive device blocks is stored as that extent, in the directory alone.
 struct Page {
     entries: Box<[u32; ENTRIES]>,
     seq: u64,
     mapped: u32,
+    extent: bool,
+}
+
+impl Page {
+    /// The first device block, if the whole page is one extent.
+    fn as_extent(&self) -> Option<u32> {
+        let first = self.entries[0];
+        let one = self.mapped as usize == ENTRIES
+            && self
+                .entries
+                .iter()
+                .enumerate()
+                .all(|(i, &v)| v == first.wrapping_add(i as u32));
+        one.then_some(first)
+    }
 }
 
 pub(crate) struct Index {
@@ -36,7 +52,26 @@ impl Index {
             entries,
             seq,
             mapped,
+            extent: false,
         });
+    }
+
+    /// A page the directory stores as one extent from device block `first`, folded to `seq`.
+    pub fn load_extent(&mut self, p: PageId, seq: u64, first: Pba) {
+        let entries: Vec<u32> = (0..ENTRIES as u32)
+            .map(|i| first.0.wrapping_add(i))
+            .collect();
+        self.pages[p.idx()] = Some(Page {
+            entries: entries.into_boxed_slice().try_into().expect("1020 entries"),
+            seq,
+            mapped: ENTRIES as u32,
+            extent: true,
+        });
+    }
+
+    /// Resident pages stored as one extent.
+    pub fn extent_pages(&self) -> u64 {
+        self.pages.iter().flatten().filter(|p| p.extent).count() as u64
     }
 
     pub fn get(&self, lba: Lba) -> Option<Pba> {
@@ -56,6 +91,7 @@ impl Index {
             entries: Box::new([NONE; ENTRIES]),
             seq: 0,
             mapped: 0,
+            extent: false,
         });
         let old = std::mem::replace(&mut page.entries[i], to.map_or(NONE, |p| p.0));
         page.mapped = page.mapped + to.is_some() as u32 - (old != NONE) as u32;
@@ -75,7 +111,8 @@ impl Index {
     }
 
     /// Checkpoint: images of the dirty pages folded up to `seq` (pages left with nothing
-    /// mapped are dropped instead: the directory says so), and the dirty marks cleared.
+    /// mapped are dropped, and pages that are one extent are not written: the directory
+    /// says so), and the dirty marks cleared.
     pub fn take_dirty(&mut self, seq: u64) -> Vec<(PageId, Box<[u8; BLOCK]>)> {
         let mut out = Vec::new();
         for (p, d) in self.dirty.iter_mut().enumerate() {
@@ -87,10 +124,11 @@ impl Index {
                 Some(pg) if pg.mapped == 0 => *slot = None,
                 Some(pg) => {
                     pg.seq = seq;
-                    out.push((
-                        PageId(p as u32),
-                        encode_page(PageId(p as u32), seq, &pg.entries),
-                    ));
+                    pg.extent = pg.as_extent().is_some();
+                    if !pg.extent {
+                        let id = PageId(p as u32);
+                        out.push((id, encode_page(id, seq, &pg.entries)));
+                    }
                 }
                 None => {}
             }
@@ -99,13 +137,13 @@ impl Index {
     }
 
     /// The directory entries of pages `j * 1020 ..` (after [`Index::take_dirty`]: every
-    /// resident page is in its slot).
+    /// resident page is in its slot or one extent).
     pub fn dir_entries(&self, j: u32) -> [u32; ENTRIES] {
         let mut e = [NONE; ENTRIES];
         let first = j as usize * ENTRIES;
         for (k, v) in e.iter_mut().enumerate() {
-            if let Some(Some(_)) = self.pages.get(first + k) {
-                *v = IN_SLOT;
+            if let Some(Some(pg)) = self.pages.get(first + k) {
+                *v = if pg.extent { pg.entries[0] } else { IN_SLOT };
             }
         }
         e

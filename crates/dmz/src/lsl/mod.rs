@@ -102,6 +102,8 @@ pub struct LogStats {
     pub replayed_records: u64,
     pub replay_dropped_blocks: u64,
     pub index_resident_bytes: u64,
+    /// Resident index pages stored as one extent (the directory alone holds them).
+    pub index_extent_pages: u64,
 }
 
 #[derive(Default)]
@@ -202,6 +204,7 @@ impl LogEngine {
             replayed_records: c(&self.stats.replayed),
             replay_dropped_blocks: c(&self.stats.replay_dropped),
             index_resident_bytes: st.index.resident_bytes(),
+            index_extent_pages: st.index.extent_pages(),
         }
     }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use zbd::{Zone, ZoneOp, ZonedDevice};
 
+use super::layout::Pba;
 use crate::engine::ids::{PageId, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 use crate::engine::meta::log::{scan_half, LogBuf};
 
@@ -22,34 +23,24 @@ use super::record::{Class, LogRec};
 use super::zones::{Frontier, ZoneState, Zones};
 use super::{Counters, EngineError, LogEngine, LogOptions};
 
-/// Format `dev` with the log layout: every data zone reset, both directory and zone table
-/// copies empty, then (after a flush) superblocks of generations 0 and 1, then a flush.
+/// Format `dev` with the log layout: block 0 of every conventional zone zeroed, every data
+/// zone reset, both directory and zone table copies empty, then (after a flush)
+/// superblocks of generations 0 and 1, then a flush.
 pub fn format(dev: &dyn ZonedDevice, opts: &FormatOptions) -> Result<(), EngineError> {
     let zones = dev.report_all()?;
     let l = Layout::compute(&zones, &dev.geometry(), opts)?;
-    // No valid superblock while the areas are rewritten.
+    // No valid superblock while the areas are rewritten, and none of another format left
+    // at the start of any conventional zone: dm-zoned and dmzadm look for a secondary
+    // superblock there, and an old v2 volume's would be found.
     conv_write(dev, &l, 0, &[0u8; 2 * BLOCK])?;
+    for k in 1..l.conv_zones.len() as u64 {
+        conv_write(dev, &l, k * l.zone_blocks as u64, &[0u8; BLOCK])?;
+    }
     dev.flush()?;
     for z in zones.iter().filter(|z| is_data_zone(z) && z.wp != z.start) {
         dev.zone_mgmt(ZoneOp::Reset, z.id)?;
     }
-    for gen in 0..2u64 {
-        let copy = gen as usize;
-        for j in 0..l.dir_blocks {
-            conv_write(
-                dev,
-                &l,
-                l.dir_start(copy) + j as u64,
-                &encode_dir(j, gen, &[NONE; ENTRIES])[..],
-            )?;
-        }
-        let table = fresh_table(&zones, &l);
-        let mut z = Zones::from_table(&table);
-        z.info.truncate(l.nr_zones as usize);
-        for (j, b) in z.encode_table(&l, gen).iter().enumerate() {
-            conv_write(dev, &l, l.zt_start(copy) + j as u64, &b[..])?;
-        }
-    }
+    write_empty_copies(dev, &l, &zones)?;
     dev.flush()?;
     for gen in 0..2u64 {
         let c = Checkpoint {
@@ -60,6 +51,27 @@ pub fn format(dev: &dyn ZonedDevice, opts: &FormatOptions) -> Result<(), EngineE
         conv_write(dev, &l, gen, &encode_sb(&l, &c)[..])?;
     }
     dev.flush()?;
+    Ok(())
+}
+
+/// Directory and zone table copies 0 and 1 of a fresh volume (generations 0 and 1).
+fn write_empty_copies(
+    dev: &dyn ZonedDevice,
+    l: &Layout,
+    zones: &[Zone],
+) -> Result<(), EngineError> {
+    for gen in 0..2u64 {
+        let copy = gen as usize;
+        for j in 0..l.dir_blocks {
+            let b = encode_dir(j, gen, &[NONE; ENTRIES]);
+            conv_write(dev, l, l.dir_start(copy) + j as u64, &b[..])?;
+        }
+        let mut z = Zones::from_table(&fresh_table(zones, l));
+        z.info.truncate(l.nr_zones as usize);
+        for (j, b) in z.encode_table(l, gen).iter().enumerate() {
+            conv_write(dev, l, l.zt_start(copy) + j as u64, &b[..])?;
+        }
+    }
     Ok(())
 }
 
@@ -236,9 +248,10 @@ fn load_checkpoint(
                     let (seq, entries) = decode_page(p, &b).map_err(bad)?;
                     index.load_page(p, seq, entries);
                 }
+                first if p.0 < l.nr_pages => index.load_extent(p, ck.ckpt_seq, Pba(first)),
                 v => {
                     return Err(bad(format!(
-                        "directory entry {v:#x} of page {} not supported",
+                        "directory entry {v:#x} for page {}, beyond the last",
                         p.0
                     )))
                 }
