@@ -84,6 +84,18 @@ pub mod format {
         /// Format even if the device holds a filesystem, a partition table or dm-zoned metadata.
         #[arg(long)]
         pub force: bool,
+        /// On-disk layout: `dm-zoned` (dm-zoned's v2 format, which the kernel's dm-zoned
+        /// reads too) or `log` (zonedd's log-structured layout: random writes appended to
+        /// sequential zones, single device only; docs/design.md, "Log layout").
+        #[arg(long, value_enum, default_value_t = Layout::DmZoned)]
+        pub layout: Layout,
+    }
+
+    /// `format --layout`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+    pub enum Layout {
+        DmZoned,
+        Log,
     }
 }
 
@@ -388,7 +400,7 @@ pub enum Command {
     /// Run the backend conformance suite against a device (destroys its data).
     #[command(hide = true)]
     Conformance(conformance::Args),
-    /// Format a zoned backend with dm-zoned v2 metadata.
+    /// Format a zoned backend with dm-zoned v2 metadata (or zonedd's log layout).
     Format(format::Args),
     /// Check (and optionally repair) the dm-zoned metadata of a backend.
     Check(check::Args),

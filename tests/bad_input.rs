@@ -895,3 +895,80 @@ fn multi_cache_with_a_test_target() {
     let o = zonedd(&["create", "--cache", p(&m.cache), "--backend", "mem:64M"]);
     refused(&o, 2, &["--cache goes with zoned backends"]);
 }
+
+/// An emulated image big enough for the log layout: `zones` zones of 2 MiB, the first 48
+/// conventional (96 MiB of conventional space: the log ring alone takes 64 MiB).
+fn log_image(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let mut opts = EmulateOptions::new(256 * 2 * MIB, 2 * MIB);
+    opts.conventional = 48;
+    drop(Emulated::create(&path, &opts).expect("create image"));
+    path
+}
+
+#[test]
+fn log_layout_on_a_device_too_small_for_it() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = image(d.path(), "d.img", 48, 8);
+    let o = zonedd(&["format", "--backend", p(&img), "--layout", "log"]);
+    refused(
+        &o,
+        2,
+        &[
+            "device too small for the log layout",
+            "conventional blocks needed",
+        ],
+    );
+}
+
+#[test]
+fn log_layout_with_a_cache_device() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = log_image(d.path(), "l.img");
+    let cache = d.path().join("c.img");
+    std::fs::write(&cache, vec![0u8; 8 << 20]).unwrap();
+    let o = zonedd(&[
+        "format",
+        "--backend",
+        p(&img),
+        "--cache",
+        p(&cache),
+        "--layout",
+        "log",
+    ]);
+    refused(&o, 2, &["--layout log is single-device", "--cache"]);
+}
+
+#[test]
+fn unknown_layout() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = log_image(d.path(), "l.img");
+    let o = zonedd(&["format", "--backend", p(&img), "--layout", "bogus"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("invalid value 'bogus' for '--layout <LAYOUT>'"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn log_layout_volume_given_to_format_and_check() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = log_image(d.path(), "l.img");
+    let o = zonedd(&["format", "--backend", p(&img), "--layout", "log"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = zonedd(&["format", "--backend", p(&img)]);
+    refused(
+        &o,
+        2,
+        &["already formatted (zonedd's log layout)", "--force"],
+    );
+    let o = zonedd(&["check", p(&img)]);
+    refused(&o, 2, &["a log-layout volume", "not dm-zoned metadata"]);
+}

@@ -179,6 +179,10 @@ fn existing_device_for(backend: &str) -> Option<(u32, String, Option<DeviceSpec>
 fn check_backend(spec: &DeviceSpec) -> Result<(), CliError> {
     let backend = &spec.backend;
     let dev = open_volume(spec)?;
+    if spec.cache.is_none() && dmz::lsl::is_log_layout(dev.as_ref()) {
+        // A log-layout volume: its engine checks it as it opens (open_target).
+        return Ok(());
+    }
     let p = dmz::sets::probe(dev.as_ref()).map_err(|e| metadata_error(backend, e))?;
     p.choose(backend)
         .map(|_| ())
@@ -283,15 +287,15 @@ fn env_switch(var: &str, off: &str) -> bool {
 
 /// An opened target: the trait object the frontend serves, how to read its counters
 /// (weakly: the daemon must be able to take the target back to close it), and how to close.
-struct Opened {
-    target: Arc<dyn BlockTarget>,
+pub(super) struct Opened {
+    pub(super) target: Arc<dyn BlockTarget>,
     /// "dm-zoned v2" for the engine; the test targets say what they are.
-    layout: &'static str,
-    stats: Box<dyn Fn() -> Value + Send + Sync>,
+    pub(super) layout: &'static str,
+    pub(super) stats: Box<dyn Fn() -> Value + Send + Sync>,
     /// Start a reclaim pass now (`zonedd reclaim`): the request's number and the counters
     /// before it, or why this target has none.
-    reclaim: frontend::control::ReclaimFn,
-    close: Box<dyn FnOnce() -> Result<(), String>>,
+    pub(super) reclaim: frontend::control::ReclaimFn,
+    pub(super) close: Box<dyn FnOnce() -> Result<(), String>>,
 }
 
 fn simple<T: BlockTarget + 'static>(t: T, layout: &'static str, backend: &str) -> Opened {
@@ -552,6 +556,9 @@ fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
     }
     check_backend(spec).map_err(|e| e.to_string())?;
     let dev: Arc<dyn zbd::ZonedDevice> = Arc::from(open_volume(spec).map_err(|e| e.to_string())?);
+    if dmz::lsl::is_log_layout(dev.as_ref()) {
+        return super::log_target::open(&spec.backend, dev);
+    }
     let mut opts = dmz::engine::EngineOptions::default();
     opts.reclaim.parallel = match spec.reclaim_max_active {
         Some(n) => n.max(1) as usize,
@@ -602,7 +609,7 @@ fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
 
 /// The backend's zones, for `status`: how many, how many conventional (the cache that
 /// reclaim drains), and their size.
-fn geometry_json(dev: &dyn zbd::ZonedDevice) -> Value {
+pub(super) fn geometry_json(dev: &dyn zbd::ZonedDevice) -> Value {
     let g = dev.geometry();
     let conventional = dev.report_zones(0, g.nr_zones).ok().map(|z| {
         z.iter()

@@ -90,7 +90,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 backends: &args.backend,
                 cache: args.cache.as_deref(),
             };
-            Target::Engine(open(&vol)?, vol.name())
+            open(&vol)?
         }
         (None, Some(path)) => Target::Raw(Raw::open(path)?),
         (None, None) => {
@@ -107,6 +107,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
 /// What the steps run against.
 enum Target {
     Engine(Engine, String),
+    /// A log-layout volume (`format --layout log`).
+    Log(Box<dmz::lsl::LogEngine>, String),
     Raw(Raw),
 }
 
@@ -114,6 +116,7 @@ impl Target {
     fn capacity(&self) -> u64 {
         match self {
             Target::Engine(e, _) => e.capacity(),
+            Target::Log(e, _) => e.capacity(),
             Target::Raw(r) => r.size,
         }
     }
@@ -121,6 +124,9 @@ impl Target {
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), CliError> {
         match self {
             Target::Engine(e, _) => e
+                .read(offset, buf)
+                .map_err(|e| engine_err("read", buf.len(), offset, e)),
+            Target::Log(e, _) => e
                 .read(offset, buf)
                 .map_err(|e| engine_err("read", buf.len(), offset, e)),
             Target::Raw(r) => r
@@ -133,6 +139,9 @@ impl Target {
     fn write(&self, offset: u64, buf: &[u8], fua: bool) -> Result<(), CliError> {
         match self {
             Target::Engine(e, _) => e
+                .write(offset, buf, fua)
+                .map_err(|e| engine_err("write", buf.len(), offset, e)),
+            Target::Log(e, _) => e
                 .write(offset, buf, fua)
                 .map_err(|e| engine_err("write", buf.len(), offset, e)),
             Target::Raw(r) => {
@@ -152,6 +161,9 @@ impl Target {
             Target::Engine(e, _) => e
                 .flush()
                 .map_err(|e| CliError::Failed(format!("flush: {e}"))),
+            Target::Log(e, _) => e
+                .flush()
+                .map_err(|e| CliError::Failed(format!("flush: {e}"))),
             Target::Raw(r) => r
                 .file
                 .sync_data()
@@ -163,7 +175,7 @@ impl Target {
     fn reclaim(&self) -> Result<(), CliError> {
         let Target::Engine(e, _) = self else {
             return Err(CliError::Usage(
-                "reclaim needs an engine (--backend)".into(),
+                "reclaim needs a dm-zoned engine (--backend of a dm-zoned volume)".into(),
             ));
         };
         let before = e.stats();
@@ -186,6 +198,9 @@ impl Target {
             Target::Engine(e, name) => e
                 .close()
                 .map_err(|e| CliError::Failed(format!("{name}: closing the engine: {e}"))),
+            Target::Log(e, name) => e
+                .close()
+                .map_err(|e| CliError::Failed(format!("{name}: closing the log engine: {e}"))),
             Target::Raw(r) => r
                 .file
                 .sync_data()
@@ -243,7 +258,9 @@ impl Raw {
     }
 }
 
-fn open(vol: &super::VolumeArgs) -> Result<Engine, CliError> {
+/// The engine of the volume's layout: the log layout's when conventional block 0 says so,
+/// else dm-zoned's.
+fn open(vol: &super::VolumeArgs) -> Result<Target, CliError> {
     let p = vol.name();
     vol.validate()?;
     let dev = match vol.cache {
@@ -257,7 +274,13 @@ fn open(vol: &super::VolumeArgs) -> Result<Engine, CliError> {
         zbd::ZbdError::Open(_) | zbd::ZbdError::Invalid(_) => CliError::Usage(e.to_string()),
         e => CliError::Failed(format!("{p}: {e}")),
     })?;
-    Engine::open(Arc::from(dev), EngineOptions::default()).map_err(|e| match e {
+    let dev: Arc<dyn zbd::ZonedDevice> = Arc::from(dev);
+    if vol.cache.is_none() && dmz::lsl::is_log_layout(dev.as_ref()) {
+        return dmz::lsl::LogEngine::open(dev, Default::default())
+            .map(|e| Target::Log(Box::new(e), p.clone()))
+            .map_err(|e| CliError::Failed(format!("{p}: opening the log engine: {e}")));
+    }
+    let e = Engine::open(dev, EngineOptions::default()).map_err(|e| match e {
         EngineError::Format(dmz::format::FormatError::NotFormatted(_)) => CliError::Usage(format!(
             "{p}: no valid dm-zoned superblock: not formatted? run `zonedd format {}`",
             vol.flags()
@@ -266,7 +289,8 @@ fn open(vol: &super::VolumeArgs) -> Result<Engine, CliError> {
             CliError::Usage(format!("{p}: {f}"))
         }
         e => CliError::Failed(format!("{p}: opening the engine: {e}")),
-    })
+    })?;
+    Ok(Target::Engine(e, p))
 }
 
 fn read_script(path: &Path) -> Result<Vec<Step>, CliError> {

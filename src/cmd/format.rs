@@ -4,7 +4,9 @@
 //! superblock on each zoned drive).
 //!
 //! Without `--force` it refuses a device that is mounted, held by another device, carries a
-//! filesystem or partition table, or is already formatted.
+//! filesystem or partition table, or is already formatted (either layout).
+//!
+//! `--layout log` writes zonedd's log-structured layout instead (`dmz::lsl`, single device).
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -15,7 +17,7 @@ use zbd::ZonedDevice;
 
 use super::CliError;
 
-pub use crate::cli::format::Args;
+pub use crate::cli::format::{Args, Layout as LayoutArg};
 
 pub fn run(args: Args) -> Result<(), CliError> {
     let vol = super::VolumeArgs {
@@ -36,6 +38,16 @@ pub fn run(args: Args) -> Result<(), CliError> {
     for p in vol.paths() {
         in_use(p).map_err(CliError::Usage)?;
     }
+    if args.layout == LayoutArg::Log && args.cache.is_some() {
+        return Err(CliError::Usage(
+            "--layout log is single-device: it takes no --cache".into(),
+        ));
+    }
+    if args.layout == LayoutArg::Log && args.backend.len() > 1 {
+        return Err(CliError::Usage(
+            "--layout log is single-device: give one --backend".into(),
+        ));
+    }
     let dev = vol.open(true)?;
     if !args.force {
         if let Some(what) = existing_content(dev.as_ref()).map_err(CliError::Failed)? {
@@ -44,6 +56,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 path.display()
             )));
         }
+    }
+    if args.layout == LayoutArg::Log {
+        return format_log(path, dev, args.label.clone());
     }
     let opts = FormatOptions {
         label: args.label.clone(),
@@ -75,6 +90,47 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let loaded = sets::load(dev.as_ref())
         .map_err(|e| CliError::Failed(format!("{}: reading back: {e}", path.display())))?;
     print!("{}", summary(path, dev.as_ref(), &layout, &loaded.sb));
+    Ok(())
+}
+
+/// `format --layout log`: write the log layout, open it once to read back its capacity.
+fn format_log(
+    path: &Path,
+    dev: Box<dyn ZonedDevice>,
+    label: Option<String>,
+) -> Result<(), CliError> {
+    let opts = dmz::lsl::FormatOptions {
+        label,
+        ..Default::default()
+    };
+    dmz::lsl::format(dev.as_ref(), &opts).map_err(|e| match e {
+        dmz::engine::EngineError::Invalid(_) | dmz::engine::EngineError::Format(_) => {
+            CliError::Usage(format!("{}: {e}", path.display()))
+        }
+        e => CliError::Failed(format!("{}: format failed: {e}", path.display())),
+    })?;
+    let dev: std::sync::Arc<dyn ZonedDevice> = std::sync::Arc::from(dev);
+    let e = dmz::lsl::LogEngine::open(dev.clone(), Default::default())
+        .map_err(|e| CliError::Failed(format!("{}: reading back: {e}", path.display())))?;
+    let (capacity, stats) = (e.capacity(), e.stats());
+    e.close()
+        .map_err(|e| CliError::Failed(format!("{}: reading back: {e}", path.display())))?;
+    let g = dev.geometry();
+    print!(
+        "Formatted {} ({})\n\
+         \x20 layout           log (zonedd)\n\
+         \x20 zones            {} x {} ({} free for data)\n\
+         \x20 index            {} resident\n\
+         \x20 exposed capacity {} ({} bytes)\n",
+        path.display(),
+        dev.describe(),
+        g.nr_zones,
+        human(g.zone_size),
+        stats.zones_free,
+        human(stats.index_resident_bytes),
+        human(capacity),
+        capacity
+    );
     Ok(())
 }
 
@@ -223,6 +279,9 @@ fn which(path: &Path, name: &str, part: &str) -> String {
 
 /// What the device already holds, if anything worth refusing to overwrite.
 fn existing_content(dev: &dyn ZonedDevice) -> Result<Option<String>, String> {
+    if dmz::lsl::is_log_layout(dev) {
+        return Ok(Some("already formatted (zonedd's log layout)".into()));
+    }
     let probe = sets::probe(dev).map_err(|e| e.to_string())?;
     if let Some(s) = probe.sets.iter().find(|s| s.magic) {
         let what = match &s.valid {

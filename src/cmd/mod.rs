@@ -10,6 +10,7 @@ pub mod expose;
 pub mod format;
 pub mod install_unit;
 pub mod list;
+mod log_target;
 pub mod metrics;
 pub mod reclaim;
 pub mod recover;
