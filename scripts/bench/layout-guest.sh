@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The two layouts side by side on one null_blk zoned device (1.5 GiB, 64 MiB zones, 8
+# conventional), each on a freshly formatted volume, in one boot: sustained 4 KiB random
+# writes at QD16 over a 1 GiB span that was first written sequentially (so that the log
+# layout's GC and the v2 layout's reclaim both run), then 4 KiB random reads of that span
+# and a sequential 1 MiB read of it; the raw device's sequential-zone write rate for the
+# issue's ratio. One line per job, the engine counters, fio JSON in $OUT (default
+# $VM_SCRATCH). Run it as a scenario:
+#   scripts/vm-test.sh scripts/bench/layout-guest.sh
+#   (ZONEDD_VM_LAYOUT_SECS=N for the random-write job, default 60; ZONEDD_VM_LAYOUT_ROUNDS,
+#   default 1)
+# vm-timeout: 2400
+# vm-memory: 4G
+set -euo pipefail
+source "$(dirname "$0")/../../tests/vm/lib/devices.sh"
+Z=$(zonedd_bin)
+modprobe ublk_drv
+secs=${ZONEDD_VM_LAYOUT_SECS:-60}
+rounds=${ZONEDD_VM_LAYOUT_ROUNDS:-1}
+out=${OUT:-$VM_SCRATCH}
+mkdir -p "$out"
+nb=$(make_nullb nullb0 1536 64 8)
+
+line() { # line FIO-JSON RW: IOPS, MB/s, p50, p99, max (us)
+    python3 -c 'import json,sys
+d = json.load(open(sys.argv[1]))["jobs"][0][sys.argv[2]]
+c = d["clat_ns"]
+print("%.0f IOPS, %.1f MB/s, p50 %.0f us, p99 %.0f us, max %.0f us" % (d["iops"], d["bw_bytes"] / 1e6,
+      c["percentile"]["50.000000"] / 1e3, c["percentile"]["99.000000"] / 1e3, c["max"] / 1e3))' "$1" "$2"
+}
+
+run() { # run NAME LAYOUT
+    local name=$1 layout=$2 res bdev id f
+    "$Z" format --backend "$nb" --force --layout "$layout" >/dev/null
+    res=$("$Z" create --backend "$nb" --queues 2 --depth 64)
+    bdev=$(sed -n 1p <<<"$res")
+    id=$(sed -n 's/^id //p' <<<"$res")
+    fio --name=fill --filename="$bdev" --direct=1 --rw=write --bs=1M --iodepth=8 \
+        --ioengine=libaio --size=1024M --eta=never --output=/dev/null
+    f=$out/$name-randwrite.json
+    fio --name="$name" --filename="$bdev" --direct=1 --rw=randwrite --bs=4k --iodepth=16 \
+        --ioengine=libaio --size=1024M --runtime="$secs" --time_based --randseed=3 \
+        --eta=never --output-format=json --output="$f" >/dev/null
+    echo "layout: $name randwrite QD16 (${secs} s): $(line "$f" write)"
+    f=$out/$name-randread.json
+    fio --name="$name" --filename="$bdev" --direct=1 --rw=randread --bs=4k --iodepth=16 \
+        --ioengine=libaio --size=1024M --runtime=10 --time_based --randseed=4 \
+        --eta=never --output-format=json --output="$f" >/dev/null
+    echo "layout: $name randread QD16: $(line "$f" read)"
+    f=$out/$name-seqread.json
+    fio --name="$name" --filename="$bdev" --direct=1 --rw=read --bs=1M --iodepth=8 \
+        --ioengine=libaio --size=1024M --eta=never --output-format=json --output="$f" >/dev/null
+    echo "layout: $name seqread 1M: $(line "$f" read)"
+    "$Z" status "$id" --json >"$out/$name-status.json"
+    python3 -c 'import json,sys
+e = json.load(open(sys.argv[1]))["engine"]
+keys = ["write_amplification", "gc_blocks_copied", "gc_zones_freed", "gc_paced_batches",
+        "gc_forced_victims", "reclaim_blocks_copied", "reclaim_zones", "log_blocks_written",
+        "index_resident_bytes"]
+print("layout: %s: " % sys.argv[2] + ", ".join("%s %s" % (k, e[k]) for k in keys if k in e))' \
+        "$out/$name-status.json" "$name"
+    "$Z" delete "$id" >/dev/null
+}
+
+for ((round = 1; round <= rounds; round++)); do
+    run "log-$round" log
+    run "dm-zoned-$round" dm-zoned
+done
+# The raw device: 4 KiB writes at QD16 into its sequential zones (the issue's baseline).
+blkzone reset "$nb"
+fio --name=raw --filename="$nb" --direct=1 --rw=write --bs=4k --iodepth=16 --ioengine=libaio \
+    --zonemode=zbd --offset=512M --size=1024M --runtime=20 --time_based --eta=never \
+    --output-format=json --output="$out/raw-seqwrite4k.json" >/dev/null
+echo "layout: raw sequential-zone 4 KiB writes QD16: $(line "$out/raw-seqwrite4k.json" write)"
+remove_nullb "$nb"
+echo "layout: done"
