@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The two layouts side by side on one null_blk zoned device (1.5 GiB, 64 MiB zones, 8
-# conventional), each on a freshly formatted volume, in one boot: sustained 4 KiB random
+# The two layouts side by side on one null_blk zoned device (1.5 GiB, ZONEDD_VM_LAYOUT_ZONE_MB
+# zones, default 16, conventional zones making 128 MiB), each on a freshly formatted volume,
+# in one boot: sustained 4 KiB random
 # writes at QD16 over a 1 GiB span that was first written sequentially (so that the log
 # layout's GC and the v2 layout's reclaim both run), then 4 KiB random reads of that span
 # and a sequential 1 MiB read of it; the raw device's sequential-zone write rate for the
@@ -19,7 +20,8 @@ secs=${ZONEDD_VM_LAYOUT_SECS:-60}
 rounds=${ZONEDD_VM_LAYOUT_ROUNDS:-1}
 out=${OUT:-$VM_SCRATCH}
 mkdir -p "$out"
-nb=$(make_nullb nullb0 1536 64 8)
+zmb=${ZONEDD_VM_LAYOUT_ZONE_MB:-16}
+nb=$(make_nullb nullb0 1536 "$zmb" $((128 / zmb)))
 
 line() { # line FIO-JSON RW: IOPS, MB/s, p50, p99, max (us)
     python3 -c 'import json,sys
