@@ -3,7 +3,8 @@
 //! the GC frontier a batch at a time; once all are copied: flush, `Move` records for the
 //! copies still live, `ZoneFree`, log write, flush, and only then the victim's reset.
 //!
-//! Pacing: below `gc_start_zones` free zones, each user write of n blocks owes
+//! Pacing: below `gc_start_zones` free zones (and when the best victim frees enough:
+//! at most `MAX_PACED_RATIO` valid blocks per invalid one), each user write of n blocks owes
 //! `n × valid / invalid` blocks of copying (the victim's ratio: GC then frees space as fast
 //! as users take it), paid in batches (`gc_batch_blocks`, 256), so a writer waits for at most a batch and
 //! a victim's finish, not a whole victim. A frontier that needs a zone below
@@ -18,6 +19,12 @@ use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 use super::layout::{decode_summary, Pba, ENTRIES};
 use super::record::{Class, LogRec};
 use super::{EngineError, LogEngine};
+
+/// Most valid blocks per invalid one of a victim that paced GC starts (see
+/// [`LogEngine::worth_pacing`]): at 16 a write of n blocks owes at most 16 n blocks of
+/// copying, and the victims of a volume at its over-provisioning's steady state (WA 2.5 to
+/// 8: 1.5 to 7 valid per invalid) are all below it.
+const MAX_PACED_RATIO: f64 = 16.0;
 
 /// A victim being emptied, owned by the state (`Meta::gc`).
 pub(crate) struct GcWork {
@@ -60,6 +67,9 @@ impl LogEngine {
             if st.gc.is_none() && st.zones.nr_free() >= self.opts.gc_start_zones {
                 return Ok(());
             }
+            if st.gc.is_none() && !self.worth_pacing(&st) {
+                return Ok(());
+            }
         }
         if self.state.lock().gc.is_none() {
             match self.gc_step(0) {
@@ -93,6 +103,21 @@ impl LogEngine {
             }
         }
         Ok(())
+    }
+
+    /// Whether the best victim frees enough to start it paced: a victim whose copy frees
+    /// almost nothing (more than [`MAX_PACED_RATIO`] valid blocks per invalid one) would make
+    /// every user write pay thousands of blocks of copying (measured: 1 write/s with 64 MiB
+    /// zones right after a sequential fill, when the over-provisioning is under one zone).
+    /// Such a victim is left to the forced path, which runs when a frontier needs a zone, by
+    /// when the writes since have made victims worth copying.
+    fn worth_pacing(&self, st: &super::meta::Meta) -> bool {
+        let data = self.layout.data_blocks();
+        st.zones.pick_victim(st.clock, data).is_some_and(|z| {
+            let valid = st.zones.info[z.idx()].valid as f64;
+            let invalid = (data as f64 - valid).max(1.0);
+            valid / invalid <= MAX_PACED_RATIO
+        })
     }
 
     /// Copy up to `max` blocks of the victim in progress (choosing one first if none),
