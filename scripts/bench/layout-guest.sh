@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The two layouts side by side on one null_blk zoned device (1.5 GiB, ZONEDD_VM_LAYOUT_ZONE_MB
-# zones, default 16, conventional zones making 128 MiB), each on a freshly formatted volume,
+# zones, default 16, conventional zones making ZONEDD_VM_LAYOUT_CONV_MB, default 128 MiB),
+# each on a freshly formatted volume,
 # in one boot: sustained 4 KiB random
 # writes at QD16 over a 1 GiB span that was first written sequentially (so that the log
 # layout's GC and the v2 layout's reclaim both run), then 4 KiB random reads of that span
@@ -21,7 +22,8 @@ rounds=${ZONEDD_VM_LAYOUT_ROUNDS:-1}
 out=${OUT:-$VM_SCRATCH}
 mkdir -p "$out"
 zmb=${ZONEDD_VM_LAYOUT_ZONE_MB:-16}
-nb=$(make_nullb nullb0 1536 "$zmb" $((128 / zmb)))
+conv_mb=${ZONEDD_VM_LAYOUT_CONV_MB:-128}
+nb=$(make_nullb nullb0 1536 "$zmb" $((conv_mb / zmb)))
 
 line() { # line FIO-JSON RW: IOPS, MB/s, p50, p99, max (us)
     python3 -c 'import json,sys
