@@ -144,6 +144,51 @@ fn reclaim_text(s: &Value, r: Option<&Rates>) -> Option<String> {
     Some(t)
 }
 
+/// The lines of a log-layout volume's engine (`dmz::lsl::LogStats`): its zones, GC, write
+/// amplification and index, in place of the v2 engine's zones, cache, reclaim and write amp.
+fn log_lines(e: &Value, line: &mut impl FnMut(&str, String)) {
+    let n = |k: &str| num(e, &[k]).unwrap_or(0);
+    let blocks = |k: &str| bytes(n(k) * BLOCK);
+    line(
+        "zones",
+        format!(
+            "{} free, {} open, {} full; {} valid",
+            n("zones_free"),
+            n("zones_open"),
+            n("zones_full"),
+            blocks("valid_blocks")
+        ),
+    );
+    line(
+        "GC",
+        format!(
+            "{} zones freed, {} copied ({} paced batches, {} forced victims)",
+            n("gc_zones_freed"),
+            blocks("gc_blocks_copied"),
+            n("gc_paced_batches"),
+            n("gc_forced_victims")
+        ),
+    );
+    line(
+        "write amp",
+        format!(
+            "{:.2} ({} written by users, {} copied by GC)",
+            float(e, &["write_amplification"]).unwrap_or(0.0),
+            blocks("user_blocks_written"),
+            blocks("gc_blocks_copied")
+        ),
+    );
+    line(
+        "index",
+        format!(
+            "{} resident; {} checkpoints, {} log blocks written",
+            bytes(n("index_resident_bytes")),
+            n("checkpoints"),
+            n("log_blocks_written")
+        ),
+    );
+}
+
 /// The summary of one device, a few lines of `label    text`. `rates`: from the previous
 /// sample (`--watch`, or a second look while reclaim runs).
 pub fn summary(s: &Value, r: Option<&Rates>) -> Vec<String> {
@@ -208,6 +253,11 @@ pub fn summary(s: &Value, r: Option<&Rates>) -> Vec<String> {
     }
 
     let e = s.get("engine").filter(|e| !e.is_null());
+    // A log-layout volume's engine has its own counters (dmz::lsl::LogStats).
+    let (log_engine, e) = match e {
+        Some(e) if e.get("user_blocks_written").is_some() => (Some(e), None),
+        e => (None, e),
+    };
     if let Some(cap) = num(s, &["capacity_bytes"]) {
         let mut c = bytes(cap);
         if let (Some(used), Some(e)) = (used_bytes(s), e) {
@@ -255,7 +305,10 @@ pub fn summary(s: &Value, r: Option<&Rates>) -> Vec<String> {
             );
         }
     }
-    if let Some(t) = reclaim_text(s, r) {
+    if let Some(le) = log_engine {
+        log_lines(le, &mut line);
+    }
+    if let Some(t) = reclaim_text(s, r).filter(|_| log_engine.is_none()) {
         line("reclaim", t);
     }
     if let Some(e) = e {
@@ -589,5 +642,34 @@ pub(crate) mod tests {
         let before = json!({"reclaim_zones": 12, "reclaim_blocks_copied": 1000});
         let after = json!({"reclaim_zones": 15, "reclaim_blocks_copied": 1256});
         assert_eq!(reclaimed(&before, &after), (3, 256 * 4096));
+    }
+
+    /// A log-layout volume: its own zone, GC, write amplification and index lines, and none
+    /// of the v2 engine's (which would read as zeros and "?").
+    #[test]
+    fn a_log_layout_volume() {
+        let s = json!({"id": 0, "bdev": "/dev/ublkb0", "backend": "/dev/nullb0",
+                       "label": null, "pid": 9, "layout": "log (zonedd)",
+                       "capacity_bytes": 776u64 << 20, "uptime_secs": 4,
+                       "engine": {"zones_free": 3, "zones_open": 2, "zones_full": 11,
+                                  "valid_blocks": 256, "gc_zones_freed": 12,
+                                  "gc_blocks_copied": 512, "gc_paced_batches": 7,
+                                  "gc_forced_victims": 1, "user_blocks_written": 1024,
+                                  "write_amplification": 1.5,
+                                  "index_resident_bytes": 1u64 << 20, "checkpoints": 2,
+                                  "log_blocks_written": 40}});
+        let lines = summary(&s, None);
+        assert_eq!(
+            lines,
+            [
+                "device    /dev/ublkb0 (id 0), daemon pid 9, up 4s",
+                "backend   /dev/nullb0: log (zonedd)",
+                "capacity  776 MiB",
+                "zones     3 free, 2 open, 11 full; 1 MiB valid",
+                "GC        12 zones freed, 2 MiB copied (7 paced batches, 1 forced victims)",
+                "write amp 1.50 (4 MiB written by users, 2 MiB copied by GC)",
+                "index     1 MiB resident; 2 checkpoints, 40 log blocks written",
+            ]
+        );
     }
 }

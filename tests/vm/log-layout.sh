@@ -70,6 +70,9 @@ vm_step "xfs on it"
 read -r bdev id <<<"$(create)"
 layout=$("$Z" status "$id" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["layout"])')
 [ "$layout" = "log (zonedd)" ] || vm_fail "status says layout '$layout', not the log layout"
+"$Z" status "$id" | tee "$VM_SCRATCH/summary"
+grep -q "log (zonedd)" "$VM_SCRATCH/summary" || vm_fail "the status summary does not name the layout"
+"$Z" list
 mkfs.xfs -q -f "$bdev"
 mount "$bdev" "$mnt"
 workload "$mnt"
