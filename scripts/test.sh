@@ -90,13 +90,16 @@ lane_b() {
     # repair/resync_survives_a_power_cut_at_every_write).
     nice -n 10 cargo test --workspace --release -- --exact --skip power_cut_at_every_write \
         --skip model_greedy --skip model_oldest_first --skip model_parallel_reclaim || return 1
-    phase "engine model test (1,000,000 ops in release) beside power cuts at every write boundary"
+    phase "engine model test (1,000,000 ops in release) beside power cuts at every write boundary (both layouts)"
     # --workspace: the feature set of the build above (with -p dmz cargo builds dmz again).
     nice -n 10 cargo test --workspace --release --test engine_model -- --nocapture \
         >target/ci/engine-model.log 2>&1 &
     pm=$!
-    nice -n 10 cargo test --workspace --release --test engine_powercut -- --nocapture \
-        >target/ci/engine-powercut.log 2>&1 &
+    # The v2 engine's power cuts, then the log layout's (lsl_powercut), one after the other.
+    {
+        nice -n 10 cargo test --workspace --release --test engine_powercut -- --nocapture &&
+            nice -n 10 cargo test --workspace --release --test lsl_powercut -- --nocapture
+    } >target/ci/engine-powercut.log 2>&1 &
     pp=$!
     wait "$pm" || rc=1
     wait "$pp" || rc=1
