@@ -160,6 +160,24 @@ pub struct LogWrite {
 }
 
 impl LogWrite {
+    /// The blocks [`take_log`] gave, to be written by the caller under `w` (`log_write`).
+    fn new(
+        inner: &Arc<Inner>,
+        w: parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>,
+        pending: Pending,
+        next: u64,
+        hdr: u64,
+    ) -> LogWrite {
+        LogWrite {
+            pending,
+            next,
+            hdr,
+            finished: false,
+            inner: inner.clone(),
+            _w: w,
+        }
+    }
+
     /// The blocks to write: (byte offset on the device, without a
     /// [`zbd::ReadSource`]'s `base`; 4096 bytes), in any order, all before `complete`.
     pub fn blocks(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
@@ -232,14 +250,9 @@ pub(in crate::engine) fn plan_sync(inner: &Arc<Inner>, upto: u64) -> Result<Sync
             log_written(inner, 0, next, hdr);
             Ok(SyncPlan::Done)
         }
-        Take::Blocks { pending, next, hdr } => Ok(SyncPlan::Write(LogWrite {
-            pending,
-            next,
-            hdr,
-            finished: false,
-            inner: inner.clone(),
-            _w: w,
-        })),
+        Take::Blocks { pending, next, hdr } => {
+            Ok(SyncPlan::Write(LogWrite::new(inner, w, pending, next, hdr)))
+        }
     }
 }
 
@@ -503,14 +516,7 @@ fn take_log_write(inner: &Arc<Inner>, force: bool) -> Result<Option<LogWrite>, E
         return Ok(None);
     };
     Ok(match take_log(inner, u64::MAX, true, force)? {
-        Take::Blocks { pending, next, hdr } => Some(LogWrite {
-            pending,
-            next,
-            hdr,
-            finished: false,
-            inner: inner.clone(),
-            _w: w,
-        }),
+        Take::Blocks { pending, next, hdr } => Some(LogWrite::new(inner, w, pending, next, hdr)),
         Take::Written(..) => unreachable!("a sealing take always gives blocks"),
     })
 }
