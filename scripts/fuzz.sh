@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SECONDS_PER=${FUZZ_SECONDS:-20}
-ALL=(superblock layout load request)
+ALL=(superblock layout load lsl_load request)
 install=0
 targets=()
 for a in "$@"; do

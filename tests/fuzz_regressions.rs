@@ -57,6 +57,11 @@ fn load_inputs() {
 }
 
 #[test]
+fn lsl_load_inputs() {
+    run_all("lsl_load", bodies::lsl_load);
+}
+
+#[test]
 fn request_inputs() {
     run_all("request", bodies::request);
 }

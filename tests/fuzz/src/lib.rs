@@ -17,6 +17,13 @@
 //!   shows no set-level finding; the engine opens or refuses without panicking and serves
 //!   reads, a write and a close; `check --repair` leaves nothing repairable behind; a clean
 //!   volume opens in the engine, reads back what was written, and is still clean after close.
+//! - [`lsl_load`]: the same game for the log layout (`dmz::lsl`): a small formatted image
+//!   (fresh, closed after writes, or left as a crash leaves it: records in the log, GC done)
+//!   mutated by byte patches over the conventional space (optionally resealed with the CRC
+//!   the block's area wants, `dmz::lsl::debug_reseal`), sequential appends, zone resets,
+//!   finishes and read-only/offline zones. Then `LogEngine::open` refuses or gives an engine
+//!   whose state is consistent (`debug_check`); what it serves, with writes on top, is what
+//!   it serves again after a clean close and reopen.
 //! - [`request`]: the frontend's ublk descriptor decoding and per-chunk split: accepted
 //!   requests are aligned, inside the device and the buffer, and split into contiguous pieces
 //!   that never cross a chunk end.
@@ -29,6 +36,7 @@ use dmz::format::{
     decode_map_block, iter_set_bits, linux_crc32, Layout, MapEntry, Superblock, BLOCK,
     MAP_ENTRIES_PER_BLOCK,
 };
+use dmz::lsl::{LogEngine, LogOptions};
 use dmz::sets::{self, FormatOptions};
 use zbd::{Geometry, MemDevice, Zone, ZoneCondition, ZoneOp, ZoneType, ZonedDevice};
 
@@ -650,6 +658,171 @@ pub fn load(data: &[u8]) {
         "not clean after close: {:?}",
         last.errors
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// (c') log layout: open, serve, close, reopen
+
+/// 20 zones of 64 KiB (16 blocks), 4 conventional (64 blocks: the log layout's areas with a
+/// 32-block log ring), formatted with a fixed UUID (deterministic).
+fn lsl_formatted() -> MemDevice {
+    let dev = MemDevice::with_zones(64 << 10, 20, 4).expect("mem device");
+    let opts = dmz::lsl::FormatOptions {
+        label: Some("fuzz".into()),
+        log_blocks: 32,
+        uuid: Some(DEV_UUID),
+        ..Default::default()
+    };
+    dmz::lsl::format(&dev, &opts).expect("log layout format");
+    dev
+}
+
+/// The fresh image after writes over the whole volume, several times over (GC has run and
+/// checkpoints have folded the log), then closed (`close`) or left as a crash leaves it.
+fn lsl_used(close: bool) -> MemDevice {
+    let dev = Arc::new(lsl_formatted());
+    let e = LogEngine::open(dev.clone(), LogOptions::default()).expect("open");
+    let blocks = e.capacity() / BLOCK as u64;
+    for i in 0..3 * blocks {
+        // A fixed permutation-like walk, two blocks a write now and then.
+        let b = (i * 37) % blocks;
+        let n = if i % 5 == 0 && b + 2 <= blocks { 2 } else { 1 };
+        e.write(b * BLOCK as u64, &vec![i as u8 | 1; n * BLOCK], i % 11 == 0)
+            .expect("write");
+    }
+    e.discard(3 * BLOCK as u64, 2 * BLOCK as u64)
+        .expect("discard");
+    e.write(BLOCK as u64, &[0xEE; BLOCK], false).expect("write");
+    if close {
+        e.close().expect("close");
+    }
+    dev.snapshot()
+}
+
+fn lsl_base(which: u8) -> MemDevice {
+    static BASES: OnceLock<Vec<MemDevice>> = OnceLock::new();
+    let bases = BASES.get_or_init(|| vec![lsl_formatted(), lsl_used(true), lsl_used(false)]);
+    bases[which as usize % bases.len()].snapshot()
+}
+
+/// The mutation ops of [`lsl_load`]; device errors are part of the game and ignored.
+fn lsl_mutate(dev: &MemDevice, b: &mut Bytes<'_>) {
+    let geo = dev.geometry();
+    let conv_blocks = 4 * geo.zone_blocks();
+    let mut ops = 0;
+    while !b.is_empty() && ops < 64 {
+        ops += 1;
+        let op = b.u8();
+        match op % 4 {
+            // Patch bytes of conventional block k; bit 7: reseal its CRC afterwards.
+            0 => {
+                let k = b.u16() as u64 % conv_blocks;
+                let off = (b.u16() as usize) % BLOCK;
+                let len = b.u8() as usize;
+                let bytes = b.take(len).to_vec();
+                let mut block = vec![0u8; BLOCK];
+                let at = k * BLOCK as u64;
+                if dev.read_at(&mut block, at).is_err() {
+                    continue;
+                }
+                let n = bytes.len().min(BLOCK - off);
+                block[off..off + n].copy_from_slice(&bytes[..n]);
+                let _ = dev.write_at(&block, at);
+                if op & 0x80 != 0 {
+                    let _ = dmz::lsl::debug_reseal(dev, k);
+                }
+            }
+            // Append blocks to a sequential zone (data no record names).
+            1 => {
+                let z = b.u8() as u32 % geo.nr_zones;
+                let n = b.u8() as usize % 8 + 1;
+                if let Ok(r) = dev.report_zones(z, 1) {
+                    if let Some(zone) = r.first().filter(|z| z.zone_type.is_sequential()) {
+                        let _ = dev.write_at(&vec![0x5A; n * BLOCK], zone.wp);
+                    }
+                }
+            }
+            // Read-only or offline zone.
+            2 => {
+                let z = b.u8() as u32 % geo.nr_zones;
+                let cond = if b.u8() & 1 == 0 {
+                    ZoneCondition::ReadOnly
+                } else {
+                    ZoneCondition::Offline
+                };
+                let _ = dev.set_condition(z, cond);
+            }
+            // Reset or finish a zone.
+            _ => {
+                let z = b.u8() as u32 % geo.nr_zones;
+                let op = if b.u8() & 1 == 0 {
+                    ZoneOp::Reset
+                } else {
+                    ZoneOp::Finish
+                };
+                let _ = dev.zone_mgmt(op, z);
+            }
+        }
+    }
+}
+
+/// Byte 0: the base image; byte 1: how many writes; then the writes' bytes, then the
+/// mutation ops. Open refuses, or its state is consistent; whatever it serves then, with
+/// the acknowledged writes on top, it serves again after a clean close and reopen.
+pub fn lsl_load(data: &[u8]) {
+    let mut b = Bytes(data);
+    let dev = lsl_base(b.u8());
+    let nr_writes = b.u8() % 16;
+    let writes: Vec<(u16, u8, u8)> = (0..nr_writes).map(|_| (b.u16(), b.u8(), b.u8())).collect();
+    lsl_mutate(&dev, &mut b);
+    let dev = Arc::new(dev);
+    let Ok(e) = LogEngine::open(dev.clone(), LogOptions::default()) else {
+        return;
+    };
+    if let Err(why) = e.debug_check() {
+        panic!("open gave an inconsistent state: {why}");
+    }
+    let cap = e.capacity() as usize;
+    let blocks = cap / BLOCK;
+    assert!(blocks > 0, "an open volume exposes no block");
+    let mut model = vec![0u8; cap];
+    // A read may fail on a zone made offline or unreadable: then there is nothing to compare.
+    if e.read(0, &mut model).is_err() {
+        return;
+    }
+    // None: a failed write left these blocks either old or new.
+    let mut known = vec![true; blocks];
+    for (i, &(at, n, flags)) in writes.iter().enumerate() {
+        let first = at as usize % blocks;
+        let n = (n as usize % 4 + 1).min(blocks - first);
+        let data = vec![i as u8 ^ flags ^ 0xA5; n * BLOCK];
+        let r = e.write((first * BLOCK) as u64, &data, flags & 1 != 0);
+        match r {
+            Ok(()) => model[first * BLOCK..(first + n) * BLOCK].copy_from_slice(&data),
+            Err(_) => known[first..first + n].fill(false),
+        }
+        if flags & 6 == 6 {
+            let _ = e.flush();
+        }
+    }
+    if e.close().is_err() {
+        return;
+    }
+    let e = LogEngine::open(dev, LogOptions::default())
+        .unwrap_or_else(|err| panic!("reopen after a clean close refused: {err}"));
+    if let Err(why) = e.debug_check() {
+        panic!("reopen after a clean close: inconsistent state: {why}");
+    }
+    let mut got = vec![0u8; cap];
+    e.read(0, &mut got).expect("read after reopen");
+    for (i, ok) in known.iter().enumerate() {
+        let r = i * BLOCK..(i + 1) * BLOCK;
+        assert!(
+            !ok || got[r.clone()] == model[r],
+            "block {i}: not what the engine served before the close"
+        );
+    }
+    let _ = e.close();
 }
 
 // ---------------------------------------------------------------------------------------------

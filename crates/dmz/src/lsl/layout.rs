@@ -40,6 +40,9 @@ pub struct FormatOptions {
     pub op: f64,
     /// Metadata log ring size in blocks (two halves, one per checkpoint generation parity).
     pub log_blocks: u32,
+    /// The volume's UUID; `None`: a random one (a fixed one makes an image reproducible,
+    /// as the fuzz targets need).
+    pub uuid: Option<[u8; 16]>,
 }
 
 impl Default for FormatOptions {
@@ -48,6 +51,7 @@ impl Default for FormatOptions {
             label: None,
             op: 0.07,
             log_blocks: 16384,
+            uuid: None,
         }
     }
 }
@@ -137,7 +141,9 @@ impl Layout {
             label[..b.len().min(32)].copy_from_slice(&b[..b.len().min(32)]);
         }
         let layout = Layout {
-            uuid: uuid::Uuid::new_v4().into_bytes(),
+            uuid: opts
+                .uuid
+                .unwrap_or_else(|| uuid::Uuid::new_v4().into_bytes()),
             label,
             zone_blocks,
             zone_cap_blocks,
@@ -479,6 +485,38 @@ fn seal(bytes: &[u8], index: Option<u32>, crc_at: usize) -> Box<[u8; BLOCK]> {
     let crc = block_crc(index, &b[..], crc_at);
     b[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
     b
+}
+
+/// Recompute, in place, the CRC that conventional block `k`'s area wants in image `b`
+/// (superblock slot, directory or zone table copy, log ring, index page), so that patched
+/// contents reach the decoders (fuzzing). Without a layout only the superblock slots are
+/// known. False when `k` is in no area.
+pub(crate) fn reseal(l: Option<&Layout>, k: u64, b: &mut [u8]) -> bool {
+    if b.len() != BLOCK {
+        return false;
+    }
+    let (index, crc_at) = match l {
+        _ if k < 2 => (None, SB_CRC_AT),
+        None => return false,
+        Some(l) => {
+            let within = |start: u64, n: u32| (start..start + n as u64).contains(&k);
+            if let Some(c) = (0..2).find(|&c| within(l.dir_start(c), l.dir_blocks)) {
+                (Some((k - l.dir_start(c)) as u32), DIR_CRC_AT)
+            } else if let Some(c) = (0..2).find(|&c| within(l.zt_start(c), l.zt_blocks)) {
+                (Some((k - l.zt_start(c)) as u32), ZT_CRC_AT)
+            } else if within(l.log_start(), l.log_blocks) {
+                crate::engine::meta::log::reseal_block(b);
+                return true;
+            } else if within(l.page_start(), l.nr_pages) {
+                (Some((k - l.page_start()) as u32), PAGE_CRC_AT)
+            } else {
+                return false;
+            }
+        }
+    };
+    let crc = block_crc(index, b, crc_at);
+    b[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
+    true
 }
 
 // ---------------------------------------------------------------------------------------

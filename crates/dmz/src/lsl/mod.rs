@@ -38,7 +38,7 @@ use zbd::ZonedDevice;
 
 pub use crate::engine::EngineError;
 pub use layout::FormatOptions;
-pub use open::{format, is_log_layout};
+pub use open::{debug_reseal, format, is_log_layout};
 
 use layout::Layout;
 use meta::Meta;

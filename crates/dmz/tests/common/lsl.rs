@@ -14,6 +14,7 @@ pub fn lsl_format_opts(log_blocks: u32) -> FormatOptions {
         label: Some("lsl-test".into()),
         op: 0.07,
         log_blocks,
+        uuid: None,
     }
 }
 
