@@ -111,7 +111,9 @@ pub mod check {
         /// The regular cache device of a multi-device volume.
         #[arg(long, value_name = "PATH")]
         pub cache: Option<PathBuf>,
-        /// Fix what can be fixed and write both metadata sets with a new generation.
+        /// Fix what can be fixed and write both metadata sets with a new generation (a
+        /// log-layout volume: open and close it, which replays its log and rewrites the
+        /// older superblock slot).
         #[arg(long)]
         pub repair: bool,
         /// Print the report as JSON on stdout.
@@ -402,7 +404,7 @@ pub enum Command {
     Conformance(conformance::Args),
     /// Format a zoned backend with dm-zoned v2 metadata (or zonedd's log layout).
     Format(format::Args),
-    /// Check (and optionally repair) the dm-zoned metadata of a backend.
+    /// Check (and optionally repair) the metadata of a backend (dm-zoned v2 or the log layout).
     Check(check::Args),
     /// Read or write through the engine without ublk (tests and interop checks).
     #[command(hide = true)]

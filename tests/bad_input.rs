@@ -969,6 +969,135 @@ fn log_layout_volume_given_to_format_and_check() {
         2,
         &["already formatted (zonedd's log layout)", "--force"],
     );
+    // `check` reads the log layout too (tests/cli_log_layout.rs): a fresh volume is clean.
     let o = zonedd(&["check", p(&img)]);
-    refused(&o, 2, &["a log-layout volume", "not dm-zoned metadata"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+/// A formatted log-layout image with 9 MiB written through the engine (full zones).
+fn written_log_image(dir: &Path) -> PathBuf {
+    let img = log_image(dir, "l.img");
+    let o = zonedd(&["format", "--backend", p(&img), "--layout", "log"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = zonedd(&[
+        "engine-io",
+        "--backend",
+        p(&img),
+        "write",
+        "--offset",
+        "0",
+        "--len",
+        "9M",
+        "--pattern",
+        "5",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    img
+}
+
+#[test]
+fn log_layout_older_superblock_slot_damaged() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = written_log_image(d.path());
+    let o = zonedd(&[
+        "engine-io",
+        "--backend",
+        p(&img),
+        "read",
+        "--offset",
+        "0",
+        "--len",
+        "9M",
+    ]);
+    let before = o.stdout;
+    let o = zonedd(&["check", p(&img), "--json"]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("check --json");
+    let gen = j["check"]["gen"].as_u64().expect("gen");
+    {
+        let dev = Emulated::open(&img).unwrap();
+        let older = (1 - gen % 2) * 4096;
+        let mut b = vec![0u8; 4096];
+        dev.read_at(&mut b, older).unwrap();
+        b[100] ^= 0xFF;
+        dev.write_at(&b, older).unwrap();
+        dev.flush().unwrap();
+    }
+    let o = zonedd(&["check", p(&img)]);
+    refused(
+        &o,
+        1,
+        &[
+            "l.img: 1 error(s) detected: run `zonedd check ",
+            " --repair`",
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("superblock slot") && out.contains("bad CRC"),
+        "{out}"
+    );
+    // The fix the line names works, and the data is intact.
+    let o = zonedd(&["check", p(&img), "--repair"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("[fixed]"), "{}", text(&o));
+    assert_eq!(zonedd(&["check", p(&img)]).status.code(), Some(0));
+    let o = zonedd(&[
+        "engine-io",
+        "--backend",
+        p(&img),
+        "read",
+        "--offset",
+        "0",
+        "--len",
+        "9M",
+    ]);
+    assert!(o.stdout == before, "data changed by the repair");
+}
+
+#[test]
+fn log_layout_zone_reset_outside_zonedd() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = written_log_image(d.path());
+    {
+        let dev = Emulated::open(&img).unwrap();
+        let zones = dev.report_all().unwrap();
+        let z = zones
+            .iter()
+            .find(|z| z.zone_type.is_sequential() && z.wp > z.start)
+            .expect("a written sequential zone");
+        dev.zone_mgmt(zbd::ZoneOp::Reset, z.id).unwrap();
+    }
+    let image_before = std::fs::read(&img).unwrap();
+    for extra in [&[][..], &["--repair"][..]] {
+        let mut args = vec!["check", p(&img)];
+        args.extend_from_slice(extra);
+        let o = zonedd(&args);
+        refused(
+            &o,
+            1,
+            &[
+                "l.img: the engine cannot open this volume, and check --repair cannot fix it",
+                "past its write pointer",
+                "the zone lost data outside zonedd",
+            ],
+        );
+    }
+    assert!(
+        std::fs::read(&img).unwrap() == image_before,
+        "--repair wrote"
+    );
+    // The daemon refuses it the same way (create opens the same engine).
+    let o = zonedd(&[
+        "engine-io",
+        "--backend",
+        p(&img),
+        "read",
+        "--offset",
+        "0",
+        "--len",
+        "4K",
+    ]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
 }

@@ -113,3 +113,52 @@ fn writes_through_the_cli_read_back_from_another_process() {
     );
     assert_eq!(o.status.code(), Some(1));
 }
+
+fn check(img: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["check", img.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    zonedd(&args)
+}
+
+/// `check --json` of a log-layout volume, parsed.
+fn check_json(img: &Path) -> serde_json::Value {
+    let o = check(img, &["--json"]);
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "check --json: {e}; stdout {} stderr {}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+/// Enough writes to fill a few zones (full zones have summaries to check).
+fn write_some(img: &Path) {
+    ok(io(
+        img,
+        &["write", "--offset", "0", "--len", "9M", "--pattern", "3"],
+    ));
+    for off in ["100K", "3M", "7M"] {
+        ok(io(
+            img,
+            &["write", "--offset", off, "--len", "4K", "--pattern", "4"],
+        ));
+    }
+}
+
+#[test]
+fn check_of_a_written_log_layout_volume_is_clean() {
+    let d = tempfile::tempdir().unwrap();
+    let img = formatted(d.path());
+    write_some(&img);
+    let out = ok(check(&img, &[]));
+    assert!(out.contains("(log layout)"), "{out}");
+    assert!(out.contains("No error detected"), "{out}");
+    let j = check_json(&img);
+    assert_eq!(j["layout"], "log");
+    let c = &j["check"];
+    assert_eq!(c["mapped_blocks"], 9 * 256, "{c}");
+    assert!(c["summaries_checked"].as_u64().unwrap() >= 3, "{c}");
+    assert_eq!(c["errors"].as_array().unwrap().len(), 0, "{c}");
+    assert_eq!(c["warnings"].as_array().unwrap().len(), 0, "{c}");
+}

@@ -1,5 +1,7 @@
 //! `zonedd check PATH [--repair] [--json]`: check (and optionally repair) the dm-zoned
-//! metadata of a backend.
+//! metadata of a backend, or a log-layout volume (`dmz::lsl::check`; its repair is an open
+//! and a close, which replays the log and rewrites the older superblock slot; damage that
+//! keeps the engine from opening it is reported, exit 1, and not repaired).
 //!
 //! Read-only unless `--repair`. A repair first opens the volume with the engine and closes it,
 //! so that writes a crashed zonedd daemon left in its metadata log are folded into the sets
@@ -24,6 +26,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let p = vol.name();
     let dev = vol.open(true)?;
     let dev: std::sync::Arc<dyn zbd::ZonedDevice> = std::sync::Arc::from(dev);
+    if args.cache.is_none() && dmz::lsl::is_log_layout(dev.as_ref()) {
+        return run_log(&args, &p, dev);
+    }
     if args.repair {
         // A device list that is not the volume's (a drive missing, foreign, out of order)
         // is refused before anything is written, the log replay included.
@@ -66,6 +71,90 @@ pub fn run(args: Args) -> Result<(), CliError> {
             check_args(&vol)
         )))
     }
+}
+
+/// `check` of a log-layout volume: reading only, then (with `--repair`, when there is
+/// something open repairs) an open and a close, and a second check.
+fn run_log(
+    args: &Args,
+    p: &str,
+    dev: std::sync::Arc<dyn zbd::ZonedDevice>,
+) -> Result<(), CliError> {
+    let damaged = |e: dmz::engine::EngineError| {
+        CliError::Failed(format!(
+            "{p}: the engine cannot open this volume, and check --repair cannot fix it: {e}"
+        ))
+    };
+    let mut report = dmz::lsl::check::check(dev.as_ref()).map_err(damaged)?;
+    let mut fixed = Vec::new();
+    if args.repair && report.repairable() {
+        let e = dmz::lsl::LogEngine::open(dev.clone(), dmz::lsl::LogOptions::default())
+            .map_err(damaged)?;
+        e.close().map_err(damaged)?;
+        fixed = std::mem::take(&mut report.errors);
+        report = dmz::lsl::check::check(dev.as_ref()).map_err(damaged)?;
+    }
+    if args.json {
+        let v = serde_json::json!({ "layout": "log", "check": report, "fixed": fixed });
+        let s =
+            serde_json::to_string_pretty(&v).map_err(|e| CliError::Failed(format!("JSON: {e}")))?;
+        println!("{s}");
+    } else {
+        print!("{}", human_log(p, &report, &fixed));
+    }
+    if report.clean() {
+        Ok(())
+    } else if args.repair {
+        Err(CliError::Failed(format!(
+            "{p}: {} error(s) could not be repaired",
+            report.errors.len()
+        )))
+    } else {
+        Err(CliError::Failed(format!(
+            "{p}: {} error(s) detected: run `zonedd check {p} --repair`",
+            report.errors.len()
+        )))
+    }
+}
+
+fn human_log(p: &str, r: &dmz::lsl::check::LogCheck, fixed: &[String]) -> String {
+    let mut out = format!(
+        "{p} (log layout): label {:?}, uuid {}, checkpoint gen {} (sequence {})\n\
+         \x20 {} of {} blocks mapped; zones: {} free ({} to reset before reuse), {} open, \
+         {} full; {} full zones' summaries checked\n\
+         \x20 log: {} records to replay, {} unflushed blocks a crash did not keep\n",
+        r.label,
+        r.uuid,
+        r.gen,
+        r.ckpt_seq,
+        r.mapped_blocks,
+        r.capacity_blocks,
+        r.zones_free,
+        r.zones_to_reset,
+        r.zones_open,
+        r.zones_full,
+        r.summaries_checked,
+        r.records_to_replay,
+        r.dropped_blocks,
+    );
+    for w in &r.warnings {
+        out.push_str(&format!("  warning: {w}\n"));
+    }
+    for f in fixed {
+        out.push_str(&format!("  error: {f} [fixed]\n"));
+    }
+    for f in &r.errors {
+        out.push_str(&format!("  error: {f}\n"));
+    }
+    if r.errors.is_empty() && fixed.is_empty() {
+        out.push_str("No error detected\n");
+    } else if !fixed.is_empty() {
+        out.push_str(&format!(
+            "Repaired {} error(s): the engine opened and closed the volume\n",
+            fixed.len()
+        ));
+    }
+    out
 }
 
 /// Open and close the engine: replays and commits a zonedd metadata log, if any. A volume the

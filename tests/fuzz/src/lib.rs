@@ -22,8 +22,9 @@
 //!   mutated by byte patches over the conventional space (optionally resealed with the CRC
 //!   the block's area wants, `dmz::lsl::debug_reseal`), sequential appends, zone resets,
 //!   finishes and read-only/offline zones. Then `LogEngine::open` refuses or gives an engine
-//!   whose state is consistent (`debug_check`); what it serves, with writes on top, is what
-//!   it serves again after a clean close and reopen.
+//!   whose state is consistent (`debug_check`), and `lsl::check` refuses no volume open
+//!   takes; what it serves, with writes on top, is what it serves again after a clean close
+//!   and reopen, and check finds no error then.
 //! - [`request`]: the frontend's ublk descriptor decoding and per-chunk split: accepted
 //!   requests are aligned, inside the device and the buffer, and split into contiguous pieces
 //!   that never cross a chunk end.
@@ -776,9 +777,14 @@ pub fn lsl_load(data: &[u8]) {
     let writes: Vec<(u16, u8, u8)> = (0..nr_writes).map(|_| (b.u16(), b.u8(), b.u8())).collect();
     lsl_mutate(&dev, &mut b);
     let dev = Arc::new(dev);
+    // `zonedd check` reads what open reads: what it refuses, open refuses.
+    let checked = dmz::lsl::check::check(dev.as_ref());
     let Ok(e) = LogEngine::open(dev.clone(), LogOptions::default()) else {
         return;
     };
+    if let Err(err) = checked {
+        panic!("check refused a volume that opens: {err}");
+    }
     if let Err(why) = e.debug_check() {
         panic!("open gave an inconsistent state: {why}");
     }
@@ -807,6 +813,11 @@ pub fn lsl_load(data: &[u8]) {
     }
     if e.close().is_err() {
         return;
+    }
+    // Both superblock slots were written by the open and the close: nothing for check.
+    match dmz::lsl::check::check(dev.as_ref()) {
+        Ok(c) => assert!(c.clean(), "check after a clean close: {:?}", c.errors),
+        Err(err) => panic!("check after a clean close refused: {err}"),
     }
     let e = LogEngine::open(dev, LogOptions::default())
         .unwrap_or_else(|err| panic!("reopen after a clean close refused: {err}"));

@@ -9,6 +9,7 @@
 //! - `record`: the log records (the log block header and scan are the v2 engine's,
 //!   `engine::meta::log`, with record set version 2);
 //! - `meta`: the one owner of the state (index, zones, log buffer) and `Meta::apply`;
+//! - [`check`]: `zonedd check` for this layout (what open verifies, reading only);
 //! - `io`: reads, writes, discards and frontier placement; `durable`: the log writer (group
 //!   commit), flush and checkpoint; `gc`: garbage collection; `open`: format, load, replay.
 //!
@@ -20,6 +21,7 @@
 //! Not in this slice: paging the index (every page is resident), stream and hot/cold
 //! frontiers, GC on a worker thread and its pacing, extents in the directory.
 
+pub mod check;
 mod durable;
 mod gc;
 mod index;

@@ -113,7 +113,11 @@ pub fn debug_reseal(dev: &dyn ZonedDevice, k: u64) -> Result<bool, EngineError> 
 }
 
 /// Superblock slot `slot` (conventional block 0 or 1), before any layout is known.
-fn read_slot(dev: &dyn ZonedDevice, zones: &[Zone], slot: u64) -> Result<Vec<u8>, EngineError> {
+pub(super) fn read_slot(
+    dev: &dyn ZonedDevice,
+    zones: &[Zone],
+    slot: u64,
+) -> Result<Vec<u8>, EngineError> {
     let mut b = vec![0u8; BLOCK];
     dev.read_at(&mut b, slot_offset(dev, zones, slot)?)?;
     Ok(b)
@@ -153,28 +157,62 @@ fn read_superblock(
     best.ok_or_else(|| EngineError::Meta(format!("not a log-layout volume: {}", why.join("; "))))
 }
 
+/// What open reads and derives before it writes anything: the chosen checkpoint, the state
+/// after replay (valid counts recounted), the device's zones and write pointers. `check`
+/// stops here.
+pub(super) struct Loaded {
+    pub layout: Layout,
+    pub ck: Checkpoint,
+    pub meta: Meta,
+    pub zones: Vec<Zone>,
+    pub wps: Vec<u32>,
+    pub stats: Counters,
+    pub next_seq: u64,
+}
+
+/// Steps 1-5 of open (docs/design.md, "Open and replay"), reading only.
+pub(super) fn load(dev: &dyn ZonedDevice) -> Result<Loaded, EngineError> {
+    let zones = dev.report_all()?;
+    let (layout, ck) = read_superblock(dev, &zones)?;
+    let mut meta = load_checkpoint(dev, &layout, &ck)?;
+    // A zone the device does not offer for data is never one, whatever the table says.
+    for (z, info) in meta.zones.info.iter_mut().enumerate() {
+        if !zones.get(z).is_some_and(is_data_zone) {
+            info.state = ZoneState::Unusable;
+        }
+    }
+    check_pages(&meta)?;
+    let wps: Vec<u32> = zones
+        .iter()
+        .map(|z| ((z.wp - z.start) / BLOCK as u64) as u32)
+        .collect();
+    let stats = Counters::default();
+    let next_seq = replay(dev, &mut meta, &wps, &ck, &stats)?;
+    check_mapped(&meta, &zones, &wps)?;
+    meta.recount_valid();
+    Ok(Loaded {
+        layout,
+        ck,
+        meta,
+        zones,
+        wps,
+        stats,
+        next_seq,
+    })
+}
+
 impl LogEngine {
     /// Open a log-layout volume: load the last checkpoint, replay its log, settle the open
     /// zones, checkpoint.
     pub fn open(dev: Arc<dyn ZonedDevice>, opts: LogOptions) -> Result<LogEngine, EngineError> {
-        let zones = dev.report_all()?;
-        let (layout, ck) = read_superblock(&*dev, &zones)?;
-        let mut meta = load_checkpoint(&*dev, &layout, &ck)?;
-        // A zone the device does not offer for data is never one, whatever the table says.
-        for (z, info) in meta.zones.info.iter_mut().enumerate() {
-            if !zones.get(z).is_some_and(is_data_zone) {
-                info.state = ZoneState::Unusable;
-            }
-        }
-        check_pages(&meta)?;
-        let wps: Vec<u32> = zones
-            .iter()
-            .map(|z| ((z.wp - z.start) / BLOCK as u64) as u32)
-            .collect();
-        let stats = Counters::default();
-        let next_seq = replay(&*dev, &mut meta, &wps, &ck, &stats)?;
-        check_mapped(&meta, &zones, &wps)?;
-        meta.recount_valid();
+        let Loaded {
+            layout,
+            mut meta,
+            wps,
+            stats,
+            next_seq,
+            ..
+        } = load(&*dev)?;
         meta.log.start_at(next_seq);
         let e = LogEngine {
             dev,
