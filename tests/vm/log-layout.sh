@@ -3,7 +3,8 @@
 # log`, create, mkfs.xfs, a tree of files with random overwrites, sync, umount, remount,
 # every checksum matches, `xfs_repair -n` clean; delete and create again (the volume reopens
 # from its checkpoint) and the files still match; then 4 KiB random writes at QD16 (fio
-# verify data) survive kill -9 of the daemon and `zonedd recover`. Not here: the kernel's
+# verify data) survive kill -9 of the daemon and `zonedd recover`. `zonedd check` reads the
+# fresh volume clean, and dmzadm --check refuses it without writing. Not here: the kernel's
 # dm-zoned on the volume. 6.12's dm-zoned oopses (NULL dereference in dmz_ctr_metadata) on
 # any device whose first superblock lacks its magic when no secondary is found, a zeroed
 # null_blk included, so `dmsetup create` would take the guest down (docs/design.md, "Log
@@ -65,6 +66,22 @@ nb=$(make_nullb nullb0 1536 64 8)
 vm_step "format --layout log"
 "$Z" format --backend "$nb" --layout log --force
 expect_error 2 "already formatted (zonedd's log layout)" "$Z" format --backend "$nb"
+
+vm_step "zonedd check reads it; dmzadm --check refuses it and writes nothing"
+"$Z" check "$nb" | tee "$VM_SCRATCH/check.out"
+grep -q "No error detected" "$VM_SCRATCH/check.out" || vm_fail "zonedd check of a fresh log volume"
+if command -v dmzadm >/dev/null; then
+    head_sum() { dd if="$nb" bs=1M count=4 iflag=direct status=none | sha256sum; }
+    before=$(head_sum)
+    if dmzadm --check "$nb" >"$VM_SCRATCH/dmzadm.out" 2>&1; then
+        cat "$VM_SCRATCH/dmzadm.out"
+        vm_fail "dmzadm --check accepted a log-layout volume"
+    fi
+    sed 's/^/  dmzadm: /' "$VM_SCRATCH/dmzadm.out" | tail -n 5
+    [ "$(head_sum)" = "$before" ] || vm_fail "dmzadm --check changed the volume's metadata"
+else
+    echo "dmzadm not installed (scripts/install-deps.sh installs it): its refusal not checked"
+fi
 
 vm_step "xfs on it"
 read -r bdev id <<<"$(create)"
