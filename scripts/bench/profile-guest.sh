@@ -27,8 +27,14 @@ profile() { # profile NAME [--prefill] FIO-ARGS...
     shift
     [ "$1" != --prefill ] || { prefill=1 && shift; }
     [ -z "$only" ] || [ "$only" = "$name" ] || return 0
+    local fill=1024M
     if [ "$name" = fsync-floor ]; then
         dev=mem:512M # no engine, no device: what ublk and the pool alone cost
+    elif [ "${name%-log}" != "$name" ]; then
+        # The log layout (issue 14): 16 MiB zones, 24 conventional (its log and index).
+        dev=$(make_nullb nullb0 1536 16 24)
+        "$Z" format --backend "$dev" --force --layout log >/dev/null 2>&1
+        fill=512M
     else
         dev=$(make_nullb nullb0 1536 64 6)
         "$Z" format --backend "$dev" --force --reserved-seq 2 >/dev/null 2>&1
@@ -40,7 +46,7 @@ profile() { # profile NAME [--prefill] FIO-ARGS...
     if [ "$prefill" = 1 ]; then
         # Every chunk of the span in a sequential zone first, as in bench-vm's randwrite.
         fio --name=fill --filename="$bdev" --direct=1 --rw=write --bs=1M --iodepth=8 \
-            --ioengine=libaio --size=1024M --eta=never --output=/dev/null
+            --ioengine=libaio --size="$fill" --eta=never --output=/dev/null
     fi
     vm_step "$name: perf record while fio runs ${secs} s on $bdev"
     perf record -q -e cpu-clock -F 999 -a -g -o "$VM_SCRATCH/$name.data" -- \
@@ -67,4 +73,6 @@ profile randread --rw=randread --bs=4k --iodepth=16 --ioengine=libaio --size=102
 profile randwrite-conv --rw=randwrite --bs=4k --iodepth=16 --ioengine=libaio --size=192M
 # Sustained random overwrites of 16 full chunks with 4 buffer zones: reclaim-bound.
 profile randwrite --prefill --rw=randwrite --bs=4k --iodepth=16 --ioengine=libaio --size=1024M
+# The same on the log layout (every write appended, GC in the writers), over 512 MiB.
+profile randwrite-log --prefill --rw=randwrite --bs=4k --iodepth=16 --ioengine=libaio --size=512M
 echo "profile: done"
