@@ -87,7 +87,7 @@ fn run_log(
     };
     let mut report = dmz::lsl::check::check(dev.as_ref()).map_err(damaged)?;
     let mut fixed = Vec::new();
-    if args.repair && report.repairable() {
+    if args.repair && report.needs_repair() {
         let e = dmz::lsl::LogEngine::open(dev.clone(), dmz::lsl::LogOptions::default())
             .map_err(damaged)?;
         e.close().map_err(damaged)?;

@@ -2,7 +2,7 @@
 //! writing (docs/design.md, "Log layout", "Check"), and what open would find beyond that:
 //! the other superblock slot, and the summary of every full zone against the index.
 //! `--repair` is an open and a close (the checkpoint at open rewrites the other superblock
-//! slot; replay folds the log), which the caller does when [`LogCheck::repairable`].
+//! slot; replay folds the log), which the caller does when [`LogCheck::needs_repair`].
 
 use crate::engine::ids::{Lba, ZoneId, BLOCK};
 
@@ -43,8 +43,9 @@ impl LogCheck {
     pub fn clean(&self) -> bool {
         self.errors.is_empty()
     }
-    /// Every error is one an open and a close repair.
-    pub fn repairable(&self) -> bool {
+    /// Whether `--repair` has work: every error `check` reports (today, a damaged older
+    /// superblock slot) is one an open and a close repair.
+    pub fn needs_repair(&self) -> bool {
         !self.errors.is_empty()
     }
 }
