@@ -3,6 +3,7 @@
 #   raw          the null_blk zoned device's sequential zones (fio --zonemode=zbd): the limit
 #   dm           the kernel's dm-zoned on the zonedd-formatted device
 #   zd-percpu    zonedd's /dev/ublkbN, --pool percpu
+#   zd-log       the same on the log layout (`zonedd format --layout log`, issue 14)
 #   zd-unbound8  zonedd's /dev/ublkbN, --pool unbound:8 (zd-unboundN: --pool unbound:N;
 #                zd-percpu-nobatch, zd-unboundN-nobatch: with ZONEDD_BATCH_SYNC=0)
 # on a zoned device that is either a memory null_blk (--device nullb, the default: CPU per
@@ -162,8 +163,10 @@ drop_backing() {
     NB_NAME="" NB_ID="" NB_IMG=""
 }
 
-zd_format() {
-    "$Z" format --backend "$NB" --reserved-seq "$RESERVED" --force >"$OUT/format.log" 2>&1 || {
+zd_format() { # zd_format [TARGET]: zd-log formats the log layout (issue 14), others dm-zoned v2
+    local how=(--reserved-seq "$RESERVED")
+    [ "${1:-}" != zd-log ] || how=(--layout log)
+    "$Z" format --backend "$NB" "${how[@]}" --force >"$OUT/format.log" 2>&1 || {
         cat "$OUT/format.log" >&2
         return 1
     }
@@ -188,7 +191,7 @@ target_up() {
         case $base in zd-unbound*) pool=unbound:${base#zd-unbound} ;; esac
         # zd-*-nobatch: each write logs alone (ZONEDD_BATCH_SYNC=0), the A/B baseline.
         [ "$base" = "$t" ] || batch=0
-        zd_format || return 1
+        zd_format "$t" || return 1
         out=$(ZONEDD_BATCH_SYNC=$batch timeout 60 "$Z" create --backend "$NB" --queues 2 --depth 64 --pool "$pool" --label "bench-$t" 2>&1) || {
             echo "$out" >&2
             return 1
@@ -239,6 +242,8 @@ snapshot() { # snapshot TARGET FILE
 fingerprint() {
     case $1 in
     dm) dmsetup status "$DM_NAME" 2>/dev/null | cut -d' ' -f4- ;;
+    zd-log) "$Z" status "$ZD_ID" --json 2>/dev/null |
+        jq -c '.engine | [.zones_free, .gc_zones_freed, .gc_blocks_copied, .checkpoints]' ;;
     zd-*) "$Z" status "$ZD_ID" --json 2>/dev/null |
         jq -c '.engine | [.reclaim_state, .zones_free, .zones_buffer, .zones_pending_free, .reclaim_zones, .reclaim_blocks_copied]' ;;
     esac
@@ -344,6 +349,7 @@ ctxsw_threads() {
 umount_sampler() {
     while sleep 10; do
         case $1 in
+        zd-log) echo "$(elapsed "$2") $(fingerprint "$1")" ;;
         zd-*) echo "$(elapsed "$2") $("$Z" status "$ZD_ID" --json 2>/dev/null |
             jq -c '.engine | [.writes, .reclaim_zones, .reclaim_blocks_copied, .zones_free, .zones_buffer]')" ;;
         *) echo "$(elapsed "$2") $(fingerprint "$1")" ;;
