@@ -344,11 +344,20 @@ fn load_checkpoint(
     })
 }
 
-/// Every block the loaded pages map lies in the data part of a data zone (a page is only
-/// CRC-checked: a crafted one must not send reads or valid counts anywhere else).
+/// Every block the loaded pages map is below the exposed capacity and lies in the data part
+/// of a data zone (a page is only CRC-checked: a crafted one must not send reads or valid
+/// counts anywhere else, nor keep blocks GC would not see as live).
 fn check_pages(meta: &Meta) -> Result<(), EngineError> {
     let l = &meta.layout;
     for (lba, p) in meta.index.mapped() {
+        if lba.0 as u64 >= l.user_blocks {
+            return Err(EngineError::Meta(format!(
+                "log layout: index page {} maps block {}, beyond the exposed {} blocks",
+                Layout::page_of(lba).0 .0,
+                lba.0,
+                l.user_blocks
+            )));
+        }
         let (z, off) = l.zone_of(p);
         if z.0 >= l.nr_zones || !meta.zones.is_data_zone(z) || off >= l.data_blocks() {
             return Err(EngineError::Meta(format!(
