@@ -995,22 +995,20 @@ fn written_log_image(dir: &Path) -> PathBuf {
     img
 }
 
+/// What the engine reads back of the 9 MiB [`written_log_image`] wrote.
+fn read_9m(img: &Path) -> Vec<u8> {
+    let args = ["read", "--offset", "0", "--len", "9M"];
+    let o = zonedd(&[&["engine-io", "--backend", p(img)][..], &args[..]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    o.stdout
+}
+
 #[test]
 fn log_layout_older_superblock_slot_damaged() {
     let _serial = serial();
     let d = tempfile::tempdir().unwrap();
     let img = written_log_image(d.path());
-    let o = zonedd(&[
-        "engine-io",
-        "--backend",
-        p(&img),
-        "read",
-        "--offset",
-        "0",
-        "--len",
-        "9M",
-    ]);
-    let before = o.stdout;
+    let before = read_9m(&img);
     let o = zonedd(&["check", p(&img), "--json"]);
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("check --json");
     let gen = j["check"]["gen"].as_u64().expect("gen");
@@ -1042,17 +1040,7 @@ fn log_layout_older_superblock_slot_damaged() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("[fixed]"), "{}", text(&o));
     assert_eq!(zonedd(&["check", p(&img)]).status.code(), Some(0));
-    let o = zonedd(&[
-        "engine-io",
-        "--backend",
-        p(&img),
-        "read",
-        "--offset",
-        "0",
-        "--len",
-        "9M",
-    ]);
-    assert!(o.stdout == before, "data changed by the repair");
+    assert!(read_9m(&img) == before, "data changed by the repair");
 }
 
 #[test]

@@ -494,37 +494,42 @@ fn mutate(dev: &MemDevice, b: &mut Bytes<'_>) {
                     let _ = dev.write_at(&block, at);
                 }
             }
-            // Append blocks to a sequential zone (data the metadata may or may not know).
-            2 => {
-                let z = b.u8() as u32 % geo.nr_zones;
-                let n = b.u8() as usize % 32 + 1;
-                let Ok(r) = dev.report_zones(z, 1) else {
-                    continue;
-                };
+            // Sequential appends, zone conditions, resets and finishes.
+            k => zone_mutation(dev, k - 2, 32, b),
+        }
+    }
+}
+
+/// Zone-level damage shared by the mutators: `kind` 0 appends 1..=`max_append` blocks at a
+/// sequential zone's write pointer (data no metadata names), 1 makes a zone read-only or
+/// offline, 2 resets or finishes one. Device errors are part of the game and ignored.
+fn zone_mutation(dev: &MemDevice, kind: u8, max_append: u8, b: &mut Bytes<'_>) {
+    let nr_zones = dev.geometry().nr_zones;
+    let z = b.u8() as u32 % nr_zones;
+    match kind {
+        0 => {
+            let n = (b.u8() % max_append) as usize + 1;
+            if let Ok(r) = dev.report_zones(z, 1) {
                 if let Some(zone) = r.first().filter(|z| z.zone_type.is_sequential()) {
                     let _ = dev.write_at(&vec![0x5A; n * BLOCK], zone.wp);
                 }
             }
-            // Read-only or offline zone.
-            3 => {
-                let z = b.u8() as u32 % geo.nr_zones;
-                let cond = if b.u8() & 1 == 0 {
-                    ZoneCondition::ReadOnly
-                } else {
-                    ZoneCondition::Offline
-                };
-                let _ = dev.set_condition(z, cond);
-            }
-            // Reset or finish a zone.
-            _ => {
-                let z = b.u8() as u32 % geo.nr_zones;
-                let op = if b.u8() & 1 == 0 {
-                    ZoneOp::Reset
-                } else {
-                    ZoneOp::Finish
-                };
-                let _ = dev.zone_mgmt(op, z);
-            }
+        }
+        1 => {
+            let cond = if b.u8() & 1 == 0 {
+                ZoneCondition::ReadOnly
+            } else {
+                ZoneCondition::Offline
+            };
+            let _ = dev.set_condition(z, cond);
+        }
+        _ => {
+            let op = if b.u8() & 1 == 0 {
+                ZoneOp::Reset
+            } else {
+                ZoneOp::Finish
+            };
+            let _ = dev.zone_mgmt(op, z);
         }
     }
 }
@@ -733,36 +738,8 @@ fn lsl_mutate(dev: &MemDevice, b: &mut Bytes<'_>) {
                     let _ = dmz::lsl::debug_reseal(dev, k);
                 }
             }
-            // Append blocks to a sequential zone (data no record names).
-            1 => {
-                let z = b.u8() as u32 % geo.nr_zones;
-                let n = b.u8() as usize % 8 + 1;
-                if let Ok(r) = dev.report_zones(z, 1) {
-                    if let Some(zone) = r.first().filter(|z| z.zone_type.is_sequential()) {
-                        let _ = dev.write_at(&vec![0x5A; n * BLOCK], zone.wp);
-                    }
-                }
-            }
-            // Read-only or offline zone.
-            2 => {
-                let z = b.u8() as u32 % geo.nr_zones;
-                let cond = if b.u8() & 1 == 0 {
-                    ZoneCondition::ReadOnly
-                } else {
-                    ZoneCondition::Offline
-                };
-                let _ = dev.set_condition(z, cond);
-            }
-            // Reset or finish a zone.
-            _ => {
-                let z = b.u8() as u32 % geo.nr_zones;
-                let op = if b.u8() & 1 == 0 {
-                    ZoneOp::Reset
-                } else {
-                    ZoneOp::Finish
-                };
-                let _ = dev.zone_mgmt(op, z);
-            }
+            // Sequential appends, zone conditions, resets and finishes.
+            k => zone_mutation(dev, k - 1, 8, b),
         }
     }
 }
