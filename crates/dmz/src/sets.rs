@@ -7,7 +7,7 @@
 //! which dm-zoned itself does not do.
 
 use tracing::{info, warn};
-use zbd::{Geometry, Zone, ZoneType, ZonedDevice};
+use zbd::{Geometry, Zone, ZoneCondition, ZoneType, ZonedDevice};
 
 use crate::format::{
     has_magic, label_field, linux_crc32, uuid_string, FormatError, Layout, Result, Shape,
@@ -369,16 +369,25 @@ pub fn probe(dev: &dyn ZonedDevice) -> Result<Probe> {
         }
         p1
     } else {
-        // Scan forward for the secondary superblock, as the kernel does.
+        // Scan forward for the secondary superblock, as the kernel does. An offline zone
+        // (a cache device's trailing runt) is neither counted nor read.
+        let offline = |z: u32| {
+            zones
+                .get(z as usize)
+                .is_some_and(|z| z.cond == ZoneCondition::Offline)
+        };
         let nr_rnd = zones
             .iter()
-            .filter(|z| z.zone_type == ZoneType::Conventional)
+            .filter(|z| z.zone_type == ZoneType::Conventional && z.cond != ZoneCondition::Offline)
             .count() as u32;
         let mut found = SetProbe::missing(None, "no secondary superblock found");
         for i in 1..nr_rnd.max(1) {
             let z = z0 + i;
             if z >= geometry.nr_zones {
                 break;
+            }
+            if offline(z) {
+                continue;
             }
             let block = read_block(dev, z as u64 * geometry.zone_blocks())?;
             if has_magic(&block[..]) {

@@ -84,6 +84,41 @@ fn layout_and_tertiary_superblocks() {
     assert!(r.summary.clean, "{:?}", r.errors);
 }
 
+/// A cache device whose size is not a whole number of zones: its trailing runt zone is
+/// offline. Probing the blank volume (the secondary-superblock scan walks the cache zones)
+/// must not read it; format counts it as a usable cache zone, as the kernel's dm-zoned does
+/// (the VM scenario dmzoned-multi has the kernel open such a volume), and no chunk maps to it.
+#[test]
+fn a_cache_with_a_runt_zone() {
+    let cache = RegularDevice::new_mem(8 * ZS + ZS / 2, ZS).unwrap();
+    let c = Arc::new(FaultyDevice::new(cache).unwrap());
+    let d = vec![Arc::new(
+        FaultyDevice::new(MemDevice::with_zones(ZS, 12, 0).unwrap()).unwrap(),
+    )];
+    let m = compose(&c, &d);
+    let zones = m.report_all().unwrap();
+    assert_eq!(
+        zones[8].cond,
+        zbd::ZoneCondition::Offline,
+        "the runt is offline"
+    );
+    // Blank: no primary superblock, so probe scans for a secondary one over the cache zones.
+    let p = dmz::sets::probe(&*m).expect("probe of a blank volume reads no offline zone");
+    assert!(p.sets.iter().all(|s| s.valid.is_none()));
+    let l = format(&*m, 4);
+    assert_eq!((l.nr_zones, l.nr_rnd_zones, l.nr_usable_zones), (21, 9, 21));
+    assert_eq!(l.nr_chunks, 21 - 2 - 4);
+    let e = open(m.clone(), test_opts());
+    let mut w = Written::new(&e);
+    let chunk = e.chunk_size() / BS as u64;
+    for k in 0..l.nr_chunks as u64 {
+        w.write(&e, k * chunk + 1, 3, k + 1);
+    }
+    w.verify(&e);
+    e.close().unwrap();
+    assert!(dmz::check::check(&*m, false).unwrap().summary.clean);
+}
+
 /// Data written through the engine reads back, also after a clean reopen and after a
 /// kill -9; random writes land in cache zones, and reclaim moves them to the drives.
 #[test]
