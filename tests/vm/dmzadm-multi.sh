@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # dmzadm (dm-zoned-tools) against zonedd on a multi-device volume: cache = a regular memory
-# null_blk (8 x 16 MiB), two drives = zoned null_blks without conventional zones (16 x 16 MiB
-# each; the volume's zones 8-23 and 24-39).
+# null_blk (136 MiB: 8 x 16 MiB and an offline 8 MiB runt), two drives = zoned null_blks
+# without conventional zones (16 x 16 MiB each; the volume's zones 9-24 and 25-40).
 #   1. `dmzadm --format CACHE ZONED1 ZONED2`; `zonedd check` opens it; the kernel's dm-zoned writes
 #      generated data (a 32 MiB stream, unaligned first writes, an overwrite); `dmsetup remove`;
 #      `zonedd check` clean; `zonedd create --cache C --backend Z1 --backend Z2` reads every range back
@@ -51,10 +51,12 @@ modprobe ublk_drv
 modprobe xfs
 mkdir -p "$mnt"
 
-step "null_blk: two zoned 16 x 16 MiB (no conventional zones), regular 128 MiB; dmzadm $(dmzadm --version)"
+step "null_blk: two zoned 16 x 16 MiB (no conventional zones), regular 136 MiB (a runt zone at its end); dmzadm $(dmzadm --version)"
 zb=$(make_nullb dmzaz $((16 * 16)) 16 0)
 zb2=$(make_nullb dmzay $((16 * 16)) 16 0)
-cb=$(make_nullb dmzac 128 0 0)
+# 136 MiB: 8 cache zones of 16 MiB and an 8 MiB runt, as the cache partitions users have
+# rarely end on a zone boundary (the runt is offline on both sides).
+cb=$(make_nullb dmzac 136 0 0)
 zone_sectors=$(cat "/sys/block/${zb#/dev/}/queue/chunk_sectors")
 [ "$zone_sectors" = $((C / 512)) ] || vm_fail "zone size is $zone_sectors sectors"
 
