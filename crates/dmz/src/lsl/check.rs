@@ -46,7 +46,7 @@ impl LogCheck {
     /// Whether `--repair` has work: every error `check` reports (today, a damaged older
     /// superblock slot) is one an open and a close repair.
     pub fn needs_repair(&self) -> bool {
-        !self.errors.is_empty()
+        !self.clean()
     }
 }
 
@@ -79,7 +79,6 @@ pub fn check(dev: &dyn ZonedDevice) -> Result<LogCheck, EngineError> {
             .enumerate()
             .filter(|(z, i)| i.state == ZoneState::Free && ld.wps.get(*z).is_some_and(|&w| w > 0))
             .count() as u32,
-        mapped_blocks: st.index.mapped().count() as u64,
         capacity_blocks: l.user_blocks,
         ..Default::default()
     };
@@ -101,7 +100,7 @@ pub fn check(dev: &dyn ZonedDevice) -> Result<LogCheck, EngineError> {
 }
 
 /// The summary of every full zone names, at each offset the index maps into the zone, the
-/// logical block mapped there.
+/// logical block mapped there. Counts the mapped blocks on the way (one walk of the index).
 fn check_summaries(
     dev: &dyn ZonedDevice,
     ld: &super::open::Loaded,
@@ -110,6 +109,7 @@ fn check_summaries(
     let l = &ld.layout;
     let mut by_zone: Vec<Vec<(u32, Lba)>> = vec![Vec::new(); l.nr_zones as usize];
     for (lba, p) in ld.meta.index.mapped() {
+        r.mapped_blocks += 1;
         let (z, off) = l.zone_of(p);
         if let Some(v) = by_zone.get_mut(z.idx()) {
             v.push((off, lba));
