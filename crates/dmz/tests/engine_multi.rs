@@ -361,5 +361,7 @@ fn power_cut_each_device_independently_at_every_write() {
         }
     }
     eprintln!("multi-device power cuts: {points} crash points verified");
-    assert!(points > 100, "only {points} crash points");
+    // Debug builds take every fourth write of a shorter workload.
+    let least = if release { 100 } else { 10 };
+    assert!(points > least, "only {points} crash points");
 }
