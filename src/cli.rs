@@ -89,6 +89,11 @@ pub mod format {
         /// sequential zones, single device only; docs/design.md, "Log layout").
         #[arg(long, value_enum, default_value_t = Layout::DmZoned)]
         pub layout: Layout,
+        /// `--layout log` only: user frontiers, the open zones that take new writes side by
+        /// side, one write in flight on each (1 to 4; default 4, fewer on a device whose open
+        /// or active zone limit is lower). Each keeps a zone out of the exposed capacity.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4))]
+        pub user_frontiers: Option<u32>,
     }
 
     /// `format --layout`.

@@ -942,6 +942,33 @@ fn log_layout_with_a_cache_device() {
 }
 
 #[test]
+fn bad_user_frontiers() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let img = log_image(d.path(), "l.img");
+    let o = zonedd(&["format", "--backend", p(&img), "--user-frontiers", "2"]);
+    refused(&o, 2, &["--user-frontiers applies to --layout log only"]);
+    for n in ["0", "5"] {
+        let o = zonedd(&[
+            "format",
+            "--backend",
+            p(&img),
+            "--layout",
+            "log",
+            "--user-frontiers",
+            n,
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("invalid value '{n}' for '--user-frontiers <N>'")),
+            "{}",
+            text(&o)
+        );
+    }
+}
+
+#[test]
 fn unknown_layout() {
     let _serial = serial();
     let d = tempfile::tempdir().unwrap();

@@ -3,7 +3,8 @@
 #   raw          the null_blk zoned device's sequential zones (fio --zonemode=zbd): the limit
 #   dm           the kernel's dm-zoned on the zonedd-formatted device
 #   zd-percpu    zonedd's /dev/ublkbN, --pool percpu
-#   zd-log       the same on the log layout (`zonedd format --layout log`, issue 14)
+#   zd-log       the same on the log layout (`zonedd format --layout log`, issue 14); zd-logN
+#                with N user frontiers (`--user-frontiers N`; zd-log: the default, 4)
 #   zd-unbound8  zonedd's /dev/ublkbN, --pool unbound:8 (zd-unboundN: --pool unbound:N;
 #                zd-percpu-nobatch, zd-unboundN-nobatch: with ZONEDD_BATCH_SYNC=0)
 # on a zoned device that is either a memory null_blk (--device nullb, the default: CPU per
@@ -163,9 +164,12 @@ drop_backing() {
     NB_NAME="" NB_ID="" NB_IMG=""
 }
 
-zd_format() { # zd_format [TARGET]: zd-log formats the log layout (issue 14), others dm-zoned v2
+zd_format() { # zd_format [TARGET]: zd-log[N] formats the log layout (issue 14), others dm-zoned v2
     local how=(--reserved-seq "$RESERVED")
-    [ "${1:-}" != zd-log ] || how=(--layout log)
+    case ${1:-} in
+    zd-log) how=(--layout log) ;;
+    zd-log[1-4]) how=(--layout log --user-frontiers "${1#zd-log}") ;;
+    esac
     "$Z" format --backend "$NB" "${how[@]}" --force >"$OUT/format.log" 2>&1 || {
         cat "$OUT/format.log" >&2
         return 1
@@ -242,7 +246,7 @@ snapshot() { # snapshot TARGET FILE
 fingerprint() {
     case $1 in
     dm) dmsetup status "$DM_NAME" 2>/dev/null | cut -d' ' -f4- ;;
-    zd-log) "$Z" status "$ZD_ID" --json 2>/dev/null |
+    zd-log*) "$Z" status "$ZD_ID" --json 2>/dev/null |
         jq -c '.engine | [.zones_free, .gc_zones_freed, .gc_blocks_copied, .checkpoints]' ;;
     zd-*) "$Z" status "$ZD_ID" --json 2>/dev/null |
         jq -c '.engine | [.reclaim_state, .zones_free, .zones_buffer, .zones_pending_free, .reclaim_zones, .reclaim_blocks_copied]' ;;
@@ -349,7 +353,7 @@ ctxsw_threads() {
 umount_sampler() {
     while sleep 10; do
         case $1 in
-        zd-log) echo "$(elapsed "$2") $(fingerprint "$1")" ;;
+        zd-log*) echo "$(elapsed "$2") $(fingerprint "$1")" ;;
         zd-*) echo "$(elapsed "$2") $("$Z" status "$ZD_ID" --json 2>/dev/null |
             jq -c '.engine | [.writes, .reclaim_zones, .reclaim_blocks_copied, .zones_free, .zones_buffer]')" ;;
         *) echo "$(elapsed "$2") $(fingerprint "$1")" ;;

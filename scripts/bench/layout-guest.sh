@@ -10,7 +10,8 @@
 # $VM_SCRATCH). Run it as a scenario:
 #   scripts/vm-test.sh scripts/bench/layout-guest.sh
 #   (ZONEDD_VM_LAYOUT_SECS=N for the random-write job, default 60; ZONEDD_VM_LAYOUT_ROUNDS,
-#   default 1)
+#   default 1; ZONEDD_VM_LAYOUT_LIST, default "log dm-zoned": the volumes of each round, where
+#   log:N is the log layout with N user frontiers, `format --user-frontiers N`)
 # vm-timeout: 2400
 # vm-memory: 4G
 set -euo pipefail
@@ -19,6 +20,7 @@ Z=$(zonedd_bin)
 modprobe ublk_drv
 secs=${ZONEDD_VM_LAYOUT_SECS:-60}
 rounds=${ZONEDD_VM_LAYOUT_ROUNDS:-1}
+list=${ZONEDD_VM_LAYOUT_LIST:-log dm-zoned}
 out=${OUT:-$VM_SCRATCH}
 mkdir -p "$out"
 zmb=${ZONEDD_VM_LAYOUT_ZONE_MB:-16}
@@ -33,9 +35,10 @@ print("%.0f IOPS, %.1f MB/s, p50 %.0f us, p99 %.0f us, max %.0f us" % (d["iops"]
       c["percentile"]["50.000000"] / 1e3, c["percentile"]["99.000000"] / 1e3, c["max"] / 1e3))' "$1" "$2"
 }
 
-run() { # run NAME LAYOUT
-    local name=$1 layout=$2 res bdev id f
-    "$Z" format --backend "$nb" --force --layout "$layout" >/dev/null
+run() { # run NAME LAYOUT[:USER_FRONTIERS]
+    local name=$1 layout=${2%%:*} res bdev id f how=()
+    [ "$layout" = "$2" ] || how=(--user-frontiers "${2#*:}")
+    "$Z" format --backend "$nb" --force --layout "$layout" "${how[@]}" >/dev/null
     res=$("$Z" create --backend "$nb" --queues 2 --depth 64)
     bdev=$(sed -n 1p <<<"$res")
     id=$(sed -n 's/^id //p' <<<"$res")
@@ -67,8 +70,9 @@ print("layout: %s: " % sys.argv[2] + ", ".join("%s %s" % (k, e[k]) for k in keys
 }
 
 for ((round = 1; round <= rounds; round++)); do
-    run "log-$round" log
-    run "dm-zoned-$round" dm-zoned
+    for v in $list; do
+        run "${v/:/}-$round" "$v"
+    done
 done
 # The raw device: 4 KiB writes at QD16 into its sequential zones (the issue's baseline).
 blkzone reset "$nb"

@@ -6,7 +6,8 @@
 //! Without `--force` it refuses a device that is mounted, held by another device, carries a
 //! filesystem or partition table, or is already formatted (either layout).
 //!
-//! `--layout log` writes zonedd's log-structured layout instead (`dmz::lsl`, single device).
+//! `--layout log [--user-frontiers N]` writes zonedd's log-structured layout instead
+//! (`dmz::lsl`, single device).
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -43,6 +44,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
             "--layout log is single-device: it takes no --cache".into(),
         ));
     }
+    if args.layout != LayoutArg::Log && args.user_frontiers.is_some() {
+        return Err(CliError::Usage(
+            "--user-frontiers applies to --layout log only".into(),
+        ));
+    }
     if args.layout == LayoutArg::Log && args.backend.len() > 1 {
         return Err(CliError::Usage(
             "--layout log is single-device: give one --backend".into(),
@@ -58,7 +64,14 @@ pub fn run(args: Args) -> Result<(), CliError> {
         }
     }
     if args.layout == LayoutArg::Log {
-        return format_log(path, dev, args.label.clone());
+        let opts = dmz::lsl::FormatOptions {
+            label: args.label.clone(),
+            user_frontiers: args
+                .user_frontiers
+                .unwrap_or(dmz::lsl::DEFAULT_USER_FRONTIERS),
+            ..Default::default()
+        };
+        return format_log(path, dev, &opts);
     }
     let opts = FormatOptions {
         label: args.label.clone(),
@@ -97,13 +110,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
 fn format_log(
     path: &Path,
     dev: Box<dyn ZonedDevice>,
-    label: Option<String>,
+    opts: &dmz::lsl::FormatOptions,
 ) -> Result<(), CliError> {
-    let opts = dmz::lsl::FormatOptions {
-        label,
-        ..Default::default()
-    };
-    dmz::lsl::format(dev.as_ref(), &opts).map_err(|e| match e {
+    dmz::lsl::format(dev.as_ref(), opts).map_err(|e| match e {
         dmz::engine::EngineError::Invalid(_) | dmz::engine::EngineError::Format(_) => {
             CliError::Usage(format!("{}: {e}", path.display()))
         }
@@ -120,6 +129,7 @@ fn format_log(
         "Formatted {} ({})\n\
          \x20 layout           log (zonedd)\n\
          \x20 zones            {} x {} ({} free for data)\n\
+         \x20 frontiers        {} user, 1 GC\n\
          \x20 index            {} resident\n\
          \x20 exposed capacity {} ({} bytes)\n",
         path.display(),
@@ -127,6 +137,7 @@ fn format_log(
         g.nr_zones,
         human(g.zone_size),
         stats.zones_free,
+        stats.user_frontiers,
         human(stats.index_resident_bytes),
         human(capacity),
         capacity

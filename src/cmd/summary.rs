@@ -152,9 +152,10 @@ fn log_lines(e: &Value, line: &mut impl FnMut(&str, String)) {
     line(
         "zones",
         format!(
-            "{} free, {} open, {} full; {} valid",
+            "{} free, {} open ({} user frontiers and GC's), {} full; {} valid",
             n("zones_free"),
             n("zones_open"),
+            n("user_frontiers"),
             n("zones_full"),
             blocks("valid_blocks")
         ),
@@ -652,7 +653,7 @@ pub(crate) mod tests {
                        "label": null, "pid": 9, "layout": "log (zonedd)",
                        "capacity_bytes": 776u64 << 20, "uptime_secs": 4,
                        "engine": {"zones_free": 3, "zones_open": 2, "zones_full": 11,
-                                  "valid_blocks": 256, "gc_zones_freed": 12,
+                                  "user_frontiers": 4, "valid_blocks": 256, "gc_zones_freed": 12,
                                   "gc_blocks_copied": 512, "gc_paced_batches": 7,
                                   "gc_forced_victims": 1, "user_blocks_written": 1024,
                                   "write_amplification": 1.5,
@@ -665,7 +666,7 @@ pub(crate) mod tests {
                 "device    /dev/ublkb0 (id 0), daemon pid 9, up 4s",
                 "backend   /dev/nullb0: log (zonedd)",
                 "capacity  776 MiB",
-                "zones     3 free, 2 open, 11 full; 1 MiB valid",
+                "zones     3 free, 2 open (4 user frontiers and GC's), 11 full; 1 MiB valid",
                 "GC        12 zones freed, 2 MiB copied (7 paced batches, 1 forced victims)",
                 "write amp 1.50 (4 MiB written by users, 2 MiB copied by GC)",
                 "index     1 MiB resident; 2 checkpoints, 40 log blocks written",

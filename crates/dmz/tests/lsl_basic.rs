@@ -320,8 +320,9 @@ fn a_large_volume_and_a_whole_device_discard() {
 }
 
 /// A ZNS-like device: zone capacity below the zone size (48 of 64 blocks) and at most 4
-/// open and 4 active zones. Summaries sit at the end of the capacity; the two frontiers
-/// stay within the limits; random overwrites with GC read back across reopen.
+/// open and 4 active zones. Summaries sit at the end of the capacity; format takes 4
+/// frontiers (3 user, 1 GC) for the limit, not 5, and they stay within it (the device
+/// refuses a fifth open zone); random overwrites with GC read back across reopen.
 #[test]
 fn zone_capacity_below_zone_size_and_open_limits() {
     let mut o = zbd::EmulateOptions::new(48 * (256 << 10), 256 << 10);
@@ -333,8 +334,8 @@ fn zone_capacity_below_zone_size_and_open_limits() {
     format(&*dev, &lsl_format_opts(64)).unwrap();
     let mut e = lopen(dev.clone());
     let mut m = LModel::new(&e);
-    // 44 data zones of 47 data blocks, 3 kept out, 7 % OP.
-    assert_eq!(m.blocks(), (41.0 * 47.0 / 1.07f64).floor() as u64);
+    // 44 data zones of 47 data blocks, 5 kept out (4 frontiers and one more), 7 % OP.
+    assert_eq!(m.blocks(), (39.0 * 47.0 / 1.07f64).floor() as u64);
     let mut rng = StdRng::seed_from_u64(3);
     for id in 1..6000u64 {
         let n = rng.gen_range(1..=6);

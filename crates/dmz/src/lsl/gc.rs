@@ -17,7 +17,7 @@ use zbd::ZoneOp;
 use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 
 use super::layout::{decode_summary, Pba, ENTRIES};
-use super::record::{Class, LogRec};
+use super::record::LogRec;
 use super::{EngineError, LogEngine};
 
 /// Most valid blocks per invalid one of a victim that paced GC starts (see
@@ -195,7 +195,8 @@ impl LogEngine {
         };
         let batch: Vec<(Lba, u32)> = picks.iter().map(|&i| work.live[i]).collect();
         let lbas: Vec<Lba> = batch.iter().map(|&(l, _)| l).collect();
-        let (zone, off, k) = self.place(Class::Gc, &lbas)?;
+        let gc_slot = self.state.lock().zones.gc_slot();
+        let (zone, off, k) = self.place(gc_slot, &lbas)?;
         let batch = &batch[..k as usize];
         let mut buf = vec![0u8; batch.len() * BLOCK];
         self.read_victim(work.victim, batch, &mut buf)?;

@@ -4,13 +4,14 @@
 
 use std::sync::atomic::Ordering;
 
+use parking_lot::MutexGuard;
 use zbd::ZoneOp;
 
 use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 
 use super::layout::{encode_summary, Pba, ENTRIES};
 use super::record::{Class, LogRec};
-use super::zones::ZoneState;
+use super::zones::{Slot, ZoneState};
 use super::{EngineError, LogEngine};
 
 impl LogEngine {
@@ -45,23 +46,33 @@ impl LogEngine {
         Ok(())
     }
 
-    /// Write `data` at `offset`: appended at the user frontier, logged, and acknowledged once
+    /// Write `data` at `offset`: appended at a user frontier, logged, and acknowledged once
     /// its log block is written (it survives a daemon crash); with `fua`, flushed too.
+    ///
+    /// The write holds its frontier's turn from placing its first batch to appending its last
+    /// record, and `wlock` only while placing and while appending: writes on other frontiers
+    /// place, write their data and log meanwhile (their records then share log blocks). A
+    /// frontier is sealed only by its turn's holder, so every block placed in a zone is
+    /// logged before the zone is full (and a GC victim).
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), EngineError> {
         let (first, n) = self.range(offset, data.len())?;
         self.check_failed()?;
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
         let last = {
-            let _w = self.wlock.lock();
+            let (slot, _turn) = self.take_turn();
             let mut done = 0u32;
             let mut last = 0;
             while done < n {
                 let k = (n - done).min(IO_BATCH_BLOCKS);
                 let lbas: Vec<Lba> = (first + done..first + done + k).map(Lba).collect();
-                let (zone, off, k) = self.place(Class::User, &lbas)?;
+                let (zone, off, k) = {
+                    let _w = self.wlock.lock();
+                    self.place(slot, &lbas)?
+                };
                 let buf = &data[done as usize * BLOCK..(done + k) as usize * BLOCK];
                 self.dev(self.dev.write_at(buf, self.layout.zone_offset(zone, off)))?;
                 let crcs = buf.chunks(BLOCK).map(crc32fast::hash).collect();
+                let _w = self.wlock.lock();
                 last = self.log_op(LogRec::Append {
                     lba: Lba(first + done),
                     zone,
@@ -70,9 +81,12 @@ impl LogEngine {
                 })?;
                 done += k;
             }
-            self.gc_paced(n as u64)?;
             last
         };
+        {
+            let _w = self.wlock.lock();
+            self.gc_paced(n as u64)?;
+        }
         self.stats
             .user_blocks
             .fetch_add(n as u64, Ordering::Relaxed);
@@ -80,6 +94,18 @@ impl LogEngine {
             return self.sync_all();
         }
         self.log_sync(last + 1, false).map(|_| ())
+    }
+
+    /// A user frontier's turn: the first free one (so a lone writer keeps one frontier and
+    /// its stream stays in one zone), else wait for one, taken in rotation.
+    fn take_turn(&self) -> (Slot, MutexGuard<'_, ()>) {
+        for (s, t) in self.turns.iter().enumerate() {
+            if let Some(g) = t.try_lock() {
+                return (Slot(s), g);
+            }
+        }
+        let s = self.next_turn.fetch_add(1, Ordering::Relaxed) % self.turns.len();
+        (Slot(s), self.turns[s].lock())
     }
 
     /// Unmap `len` bytes at `offset` (they read as zeros); logged like a write.
@@ -97,19 +123,19 @@ impl LogEngine {
         self.log_sync(last + 1, false).map(|_| ())
     }
 
-    /// Room at `class`'s frontier for the first blocks of `lbas`: (zone, offset, how many).
+    /// Room at `slot`'s frontier for the first blocks of `lbas`: (zone, offset, how many).
     /// The frontier's write pointer moves past them and its summary names them. The caller
-    /// holds `wlock` and writes the data there next.
+    /// holds `wlock` (and, for a user slot, its turn) and writes the data there next.
     pub(super) fn place(
         &self,
-        class: Class,
+        slot: Slot,
         lbas: &[Lba],
     ) -> Result<(ZoneId, u32, u32), EngineError> {
         let data_blocks = self.layout.data_blocks();
         loop {
-            {
+            let class = {
                 let mut st = self.state.lock();
-                if let Some(f) = st.zones.frontier(class) {
+                if let Some(f) = st.zones.frontier(slot) {
                     let room = data_blocks - f.wp;
                     if room > 0 {
                         let k = room.min(lbas.len() as u32);
@@ -121,17 +147,20 @@ impl LogEngine {
                         return Ok((f.zone, off, k));
                     }
                 }
-            }
-            self.seal_frontier(class)?;
+                st.zones.class_of(slot)
+            };
+            self.seal_frontier(slot)?;
+            // The zone opened goes to the class's first empty slot: when that is not this
+            // one (a slot no write used yet), the loop opens another.
             self.open_frontier(class)?;
         }
     }
 
-    /// Write the summary of `class`'s full frontier; the zone is then full.
-    fn seal_frontier(&self, class: Class) -> Result<(), EngineError> {
+    /// Write the summary of `slot`'s full frontier; the zone is then full.
+    fn seal_frontier(&self, slot: Slot) -> Result<(), EngineError> {
         let f = {
             let mut st = self.state.lock();
-            match st.zones.frontier(class).take() {
+            match st.zones.frontier(slot).take() {
                 Some(f) => f,
                 None => return Ok(()),
             }
@@ -160,7 +189,7 @@ impl LogEngine {
         self.dev(self.dev.write_at(&buf, at))
     }
 
-    /// Give `class` a new frontier: a free zone, reset if it holds old data, logged with
+    /// Give an empty slot of `class` a new frontier: a free zone, reset if it holds old data, logged with
     /// `ZoneOpen`. A user frontier runs GC first when free zones are low, and never takes
     /// the GC reserve: ENOSPC once GC frees nothing.
     fn open_frontier(&self, class: Class) -> Result<(), EngineError> {

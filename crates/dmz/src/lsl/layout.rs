@@ -25,8 +25,12 @@ const DIR_MAGIC: u32 = 0x5244_4C5A; // "ZLDR"
 const ZT_MAGIC: u32 = 0x545A_4C5A; // "ZLZT"
 const SUM_MAGIC: u32 = 0x4D53_4C5A; // "ZLSM"
 const SB_VERSION: u32 = 1;
-/// Open zones the layout uses: the user frontier and the GC frontier.
-pub(crate) const MAX_FRONTIERS: u32 = 2;
+/// Open zones a volume may use (the superblock's `max_frontiers`): its user frontiers and
+/// the GC frontier. A volume formatted before several user frontiers existed says 2.
+pub(crate) const MIN_FRONTIERS: u32 = 2;
+pub(crate) const MAX_FRONTIERS: u32 = 5;
+/// User frontiers format gives a device without open-zone limits.
+pub const DEFAULT_USER_FRONTIERS: u32 = MAX_FRONTIERS - 1;
 
 /// A device block (4 KiB) by its absolute number: what the index maps a logical block to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -43,6 +47,9 @@ pub struct FormatOptions {
     /// The volume's UUID; `None`: a random one (a fixed one makes an image reproducible,
     /// as the fuzz targets need).
     pub uuid: Option<[u8; 16]>,
+    /// User frontiers (open zones taking new writes, one write in flight on each), 1 to
+    /// `MAX_FRONTIERS - 1`; fewer on a device whose open or active zone limit is lower.
+    pub user_frontiers: u32,
 }
 
 impl Default for FormatOptions {
@@ -52,6 +59,7 @@ impl Default for FormatOptions {
             op: 0.07,
             log_blocks: 16384,
             uuid: None,
+            user_frontiers: DEFAULT_USER_FRONTIERS,
         }
     }
 }
@@ -74,6 +82,8 @@ pub(crate) struct Layout {
     pub zt_blocks: u32,
     pub summary_blocks: u32,
     pub log_blocks: u32,
+    /// Open zones the volume uses: `frontiers - 1` user frontiers and the GC frontier.
+    pub frontiers: u32,
 }
 
 /// Blocks of the fixed areas before the log ring: superblock slots, directory and zone
@@ -97,7 +107,22 @@ pub(crate) fn is_data_zone(z: &Zone) -> bool {
         && !matches!(z.cond, ZoneCondition::Offline | ZoneCondition::ReadOnly)
 }
 
+/// Frontiers for a device: `wanted`, fewer when its open or active zone limit is lower (each
+/// frontier is an open zone), and never under [`MIN_FRONTIERS`].
+fn frontiers_for(geo: &zbd::Geometry, wanted: u32) -> u32 {
+    [geo.max_open_zones, geo.max_active_zones]
+        .into_iter()
+        .filter(|&m| m > 0)
+        .fold(wanted, u32::min)
+        .max(MIN_FRONTIERS)
+}
+
 impl Layout {
+    /// User frontiers (slots `0..users`; the GC frontier is slot `users`).
+    pub fn user_frontiers(&self) -> u32 {
+        self.frontiers - 1
+    }
+
     /// The layout `opts` gives on a device with these zones, or the one-line refusal.
     pub fn compute(
         zones: &[Zone],
@@ -109,7 +134,15 @@ impl Layout {
         let summary_blocks = zone_cap_blocks.div_ceil(ENTRIES as u32);
         let data_blocks = zone_cap_blocks.saturating_sub(summary_blocks) as u64;
         let data_zones = zones.iter().filter(|z| is_data_zone(z)).count() as u64;
-        let reserve = MAX_FRONTIERS as u64 + 1;
+        if !(1..MAX_FRONTIERS).contains(&opts.user_frontiers) {
+            return Err(EngineError::Invalid(format!(
+                "log layout: {} user frontiers, 1 to {} allowed",
+                opts.user_frontiers,
+                MAX_FRONTIERS - 1
+            )));
+        }
+        let frontiers = frontiers_for(geo, opts.user_frontiers + 1);
+        let reserve = frontiers as u64 + 1;
         if data_zones <= reserve || data_blocks == 0 {
             return Err(EngineError::Invalid(format!(
                 "device too small for the log layout: {} usable sequential zones, {} needed",
@@ -155,6 +188,7 @@ impl Layout {
             zt_blocks: geo.nr_zones.div_ceil(ZT_ENTRIES as u32),
             summary_blocks,
             log_blocks: opts.log_blocks,
+            frontiers,
         };
         layout.check_room()?;
         Ok(layout)
@@ -340,7 +374,7 @@ pub(crate) fn encode_sb(l: &Layout, c: &Checkpoint) -> Box<[u8; BLOCK]> {
         dir_blocks: l.dir_blocks.into(),
         zone_table_blocks: l.zt_blocks.into(),
         summary_blocks: l.summary_blocks.into(),
-        max_frontiers: MAX_FRONTIERS.into(),
+        max_frontiers: l.frontiers.into(),
         log_blocks: l.log_blocks.into(),
         ckpt_seq: c.ckpt_seq.into(),
         log_start: (l.log_start() + (c.gen % 2) * l.log_half()).into(),
@@ -396,6 +430,7 @@ pub(crate) fn decode_sb(
         zt_blocks: raw.zone_table_blocks.get(),
         summary_blocks: raw.summary_blocks.get(),
         log_blocks: raw.log_blocks.get(),
+        frontiers: raw.max_frontiers.get(),
     };
     let c = Checkpoint {
         gen,
@@ -404,7 +439,7 @@ pub(crate) fn decode_sb(
     };
     check_sb_fields(&l, raw, geo)?;
     let data_zones = zones.iter().filter(|z| is_data_zone(z)).count() as u64;
-    let most = data_zones.saturating_sub(MAX_FRONTIERS as u64 + 1) * l.data_blocks() as u64;
+    let most = data_zones.saturating_sub(l.frontiers as u64 + 1) * l.data_blocks() as u64;
     if l.user_blocks == 0 || l.user_blocks > most {
         return Err(format!(
             "exposed capacity {} blocks does not fit the device's {data_zones} data zones",
@@ -429,7 +464,7 @@ fn check_sb_fields(l: &Layout, raw: &RawSb, geo: &zbd::Geometry) -> Result<(), S
         || l.zt_blocks != l.nr_zones.div_ceil(ZT_ENTRIES as u32)
         || l.summary_blocks != cap.div_ceil(ENTRIES as u32)
         || l.summary_blocks >= cap
-        || raw.max_frontiers.get() != MAX_FRONTIERS
+        || !(MIN_FRONTIERS..=MAX_FRONTIERS).contains(&l.frontiers)
     {
         Some("area sizes")
     } else if l.log_blocks < 4 || !l.log_blocks.is_multiple_of(2) {
@@ -679,14 +714,42 @@ mod tests {
     fn sizes_follow_the_device() {
         let dev = device();
         let (l, _) = layout(&dev);
-        // 28 data zones of 64 blocks: 63 data + 1 summary; 3 zones kept out; 7 % OP.
+        // 28 data zones of 64 blocks: 63 data + 1 summary; 6 zones kept out (5 frontiers,
+        // one more); 7 % OP.
         assert_eq!((l.summary_blocks, l.data_blocks()), (1, 63));
-        assert_eq!(l.user_blocks, (25.0 * 63.0 / 1.07f64).floor() as u64);
+        assert_eq!(l.frontiers, MAX_FRONTIERS);
+        assert_eq!(l.user_blocks, (22.0 * 63.0 / 1.07f64).floor() as u64);
         assert_eq!(l.nr_pages, 2);
         assert_eq!((l.dir_blocks, l.zt_blocks), (1, 1));
         assert_eq!((l.log_start(), l.page_start()), (6, 70));
         assert_eq!(l.conv_needed(), 72);
         assert_eq!(l.conv_offset(65), (64 + 1) * BLOCK as u64);
+    }
+
+    #[test]
+    fn frontiers_follow_the_open_zone_limits_and_the_option() {
+        let zones = device().report_all().unwrap();
+        let with = |max_open, max_active, user_frontiers| {
+            let geo = zbd::Geometry {
+                max_open_zones: max_open,
+                max_active_zones: max_active,
+                ..device().geometry()
+            };
+            let opts = FormatOptions {
+                log_blocks: 64,
+                user_frontiers,
+                ..FormatOptions::default()
+            };
+            Layout::compute(&zones, &geo, &opts).map(|l| l.frontiers)
+        };
+        assert_eq!(with(0, 0, 4).unwrap(), 5);
+        assert_eq!(with(0, 0, 1).unwrap(), 2);
+        assert_eq!(with(3, 0, 4).unwrap(), 3);
+        assert_eq!(with(0, 4, 4).unwrap(), 4);
+        // Below two open zones the layout still needs its user and GC frontiers.
+        assert_eq!(with(1, 1, 4).unwrap(), MIN_FRONTIERS);
+        assert!(with(0, 0, 0).is_err());
+        assert!(with(0, 0, 5).is_err());
     }
 
     #[test]

@@ -8,13 +8,14 @@ use crate::engine::meta::log::LogBuf;
 use super::gc::GcWork;
 use super::index::Index;
 use super::layout::{Layout, Pba, ENTRIES};
-use super::record::{Class, LogRec};
+use super::record::LogRec;
 use super::zones::{Frontier, ZoneState, Zones};
 
 /// Where a record is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ctx {
-    /// On the running engine: a zone opened becomes its class's frontier.
+    /// On the running engine: a zone opened becomes the frontier of its class's first empty
+    /// slot.
     Live,
     /// At open: records already folded into a page's on-disk copy are skipped for it, and
     /// frontiers are settled after the whole log (`open::settle_zones`).
@@ -70,7 +71,11 @@ impl Meta {
                 z.last_append = self.clock;
                 if ctx == Ctx::Live {
                     debug_assert!(!z.needs_reset);
-                    *self.zones.frontier(class) = Some(Frontier::new(zone, 0, data_blocks));
+                    let slot = self.zones.empty_slot(class);
+                    debug_assert!(slot.is_some(), "zone {zone} opened with no empty slot");
+                    if let Some(s) = slot {
+                        *self.zones.frontier(s) = Some(Frontier::new(zone, 0, data_blocks));
+                    }
                 }
             }
             LogRec::ZoneFree { zone } => {
@@ -164,13 +169,12 @@ impl Meta {
                 return Err(format!("zone {z}: valid {} counted {}", i.valid, valid[z]));
             }
         }
-        for (c, f) in self.zones.frontiers.iter().enumerate() {
+        for (s, f) in self.zones.frontiers.iter().enumerate() {
             if let Some(f) = f {
-                if self.zones.get(f.zone).state != ZoneState::Open(Class::ALL[c])
-                    || f.wp != wp(f.zone)
-                {
+                let class = self.zones.class_of(super::zones::Slot(s));
+                if self.zones.get(f.zone).state != ZoneState::Open(class) || f.wp != wp(f.zone) {
                     return Err(format!(
-                        "frontier {c} at {}:{} disagrees with the device",
+                        "frontier {s} at {}:{} disagrees with the device",
                         f.zone, f.wp
                     ));
                 }

@@ -13,13 +13,15 @@
 //! - `io`: reads, writes, discards and frontier placement; `durable`: the log writer (group
 //!   commit), flush and checkpoint; `gc`: garbage collection; `open`: format, load, replay.
 //!
-//! Locks, in the order they are taken: `wlock` (one placer of data at a time: writes,
-//! discards, GC, checkpoints), then `log_write` (one log writer), then `state`; `reset`
+//! Locks, in the order they are taken: a user frontier's turn (one write on that frontier
+//! at a time, from placing to logging), then `wlock` (one placer or logger at a time:
+//! placing and appending records of writes, discards, GC, checkpoints; not held across a
+//! user write's data I/O), then `log_write` (one log writer), then `state`; `reset`
 //! (read side held by a read from its index lookup to its device read, write side by a zone
 //! reset) is never taken with `state` held.
 //!
 //! Not in this slice: paging the index (every page is resident), stream and hot/cold
-//! frontiers, GC on a worker thread and its pacing, extents in the directory.
+//! user frontiers (user writes go to any free user frontier), GC on a worker thread and its pacing, extents in the directory.
 
 pub mod check;
 mod durable;
@@ -32,14 +34,14 @@ mod open;
 mod record;
 mod zones;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 use zbd::ZonedDevice;
 
 pub use crate::engine::EngineError;
-pub use layout::FormatOptions;
+pub use layout::{FormatOptions, DEFAULT_USER_FRONTIERS};
 pub use open::{debug_reseal, format, is_log_layout};
 
 use layout::Layout;
@@ -78,6 +80,8 @@ impl Default for LogOptions {
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct LogStats {
     pub capacity_blocks: u64,
+    /// Open zones taking user writes side by side (the superblock's `max_frontiers` - 1).
+    pub user_frontiers: u64,
     pub zones_free: u64,
     pub zones_open: u64,
     pub zones_full: u64,
@@ -134,6 +138,9 @@ pub struct LogEngine {
     layout: Layout,
     opts: LogOptions,
     state: Mutex<Meta>,
+    /// One per user frontier: held by the write placing on it, from placing to logging.
+    turns: Vec<Mutex<()>>,
+    next_turn: AtomicUsize,
     wlock: Mutex<()>,
     log_write: Mutex<()>,
     reset: RwLock<()>,
@@ -180,6 +187,7 @@ impl LogEngine {
         let gc = c(&self.stats.gc_blocks);
         LogStats {
             capacity_blocks: self.layout.user_blocks,
+            user_frontiers: self.layout.user_frontiers() as u64,
             zones_free: z.nr_free() as u64,
             zones_open: z.count(|s| matches!(s, zones::ZoneState::Open(_))) as u64,
             zones_full: z.count(|s| s == zones::ZoneState::Full) as u64,

@@ -2,7 +2,7 @@
 //! and zone table, replay the log half of its generation, settle the open zones against the
 //! device, and checkpoint (docs/design.md, "Log layout", "Open").
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -66,7 +66,7 @@ fn write_empty_copies(
             let b = encode_dir(j, gen, &[NONE; ENTRIES]);
             conv_write(dev, l, l.dir_start(copy) + j as u64, &b[..])?;
         }
-        let mut z = Zones::from_table(&fresh_table(zones, l));
+        let mut z = Zones::from_table(&fresh_table(zones, l), l.user_frontiers());
         z.info.truncate(l.nr_zones as usize);
         for (j, b) in z.encode_table(l, gen).iter().enumerate() {
             conv_write(dev, l, l.zt_start(copy) + j as u64, &b[..])?;
@@ -214,11 +214,16 @@ impl LogEngine {
             ..
         } = load(&*dev)?;
         meta.log.start_at(next_seq);
+        let turns = (0..layout.user_frontiers())
+            .map(|_| Mutex::new(()))
+            .collect();
         let e = LogEngine {
             dev,
             layout,
             opts,
             state: Mutex::new(meta),
+            turns,
+            next_turn: AtomicUsize::new(0),
             wlock: Mutex::new(()),
             log_write: Mutex::new(()),
             reset: RwLock::new(()),
@@ -234,8 +239,9 @@ impl LogEngine {
     }
 
     /// After replay: free zones holding old data are reset before use; of each class's open
-    /// zones the one opened last with room stays its frontier (summary rebuilt from the
-    /// index), the others are padded and sealed with their summary.
+    /// zones the ones opened last with room (as many as the class has slots) stay its
+    /// frontiers (summaries rebuilt from the index), the others are padded and sealed with
+    /// their summary.
     fn settle_zones(&self, wps: &[u32]) -> Result<(), EngineError> {
         let data_blocks = self.layout.data_blocks();
         let mut open: [Vec<(u64, ZoneId)>; 2] = [Vec::new(), Vec::new()];
@@ -251,19 +257,21 @@ impl LogEngine {
         }
         for c in Class::ALL {
             let list = &mut open[c.idx()];
-            list.sort();
-            let keep = list
-                .last()
-                .filter(|&&(_, z)| wps[z.idx()] < data_blocks)
-                .map(|&(_, z)| z);
+            // Newest first: the newest zones with room take the class's slots.
+            list.sort_by(|a, b| b.cmp(a));
             for &(_, z) in list.iter() {
-                if Some(z) == keep {
-                    let mut st = self.state.lock();
-                    let mut f = Frontier::new(z, wps[z.idx()], data_blocks);
-                    f.summary = st.reverse_map(z);
-                    *st.zones.frontier(c) = Some(f);
-                } else {
-                    self.seal_at_open(z, wps[z.idx()])?;
+                let mut st = self.state.lock();
+                let slot = st.zones.empty_slot(c);
+                match slot.filter(|_| wps[z.idx()] < data_blocks) {
+                    Some(s) => {
+                        let mut f = Frontier::new(z, wps[z.idx()], data_blocks);
+                        f.summary = st.reverse_map(z);
+                        *st.zones.frontier(s) = Some(f);
+                    }
+                    None => {
+                        drop(st);
+                        self.seal_at_open(z, wps[z.idx()])?;
+                    }
                 }
             }
         }
@@ -335,7 +343,7 @@ fn load_checkpoint(
     Ok(Meta {
         layout: l.clone(),
         index,
-        zones: Zones::from_table(&table),
+        zones: Zones::from_table(&table, l.user_frontiers()),
         log,
         clock: ck.clock,
         gen: ck.gen,

@@ -29,6 +29,12 @@ pub(crate) struct ZoneInfo {
     pub needs_reset: bool,
 }
 
+/// A frontier's place in the zone table: user frontiers are slots `0..users`, the GC
+/// frontier is slot `users`. A user slot's frontier is written by one writer at a time (the
+/// holder of its turn, `LogEngine::turns`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot(pub usize);
+
 /// An open zone being filled: its next block and the logical block of each data block
 /// written so far (`None`: nothing, or not live when rebuilt at open).
 pub(crate) struct Frontier {
@@ -39,7 +45,8 @@ pub(crate) struct Frontier {
 
 pub(crate) struct Zones {
     pub info: Vec<ZoneInfo>,
-    pub frontiers: [Option<Frontier>; 2],
+    /// The frontier of each slot (user slots, then the GC slot).
+    pub frontiers: Vec<Option<Frontier>>,
 }
 
 const FREE: u8 = 0;
@@ -50,7 +57,7 @@ const UNUSABLE: u8 = 3;
 impl Zones {
     /// From the zone table entries of a checkpoint (states, ages; valid counts are recounted
     /// from the index at open).
-    pub fn from_table(entries: &[RawZte]) -> Zones {
+    pub fn from_table(entries: &[RawZte], user_frontiers: u32) -> Zones {
         let info = entries
             .iter()
             .map(|e| ZoneInfo {
@@ -67,7 +74,7 @@ impl Zones {
             .collect();
         Zones {
             info,
-            frontiers: [None, None],
+            frontiers: (0..=user_frontiers).map(|_| None).collect(),
         }
     }
 
@@ -85,8 +92,30 @@ impl Zones {
             .is_some_and(|i| i.state != ZoneState::Unusable)
     }
 
-    pub fn frontier(&mut self, c: Class) -> &mut Option<Frontier> {
-        &mut self.frontiers[c.idx()]
+    pub fn frontier(&mut self, s: Slot) -> &mut Option<Frontier> {
+        &mut self.frontiers[s.0]
+    }
+
+    /// The GC frontier's slot.
+    pub fn gc_slot(&self) -> Slot {
+        Slot(self.frontiers.len() - 1)
+    }
+
+    /// Which class of zone a slot's frontier takes.
+    pub fn class_of(&self, s: Slot) -> Class {
+        if s == self.gc_slot() {
+            Class::Gc
+        } else {
+            Class::User
+        }
+    }
+
+    /// The first slot of `class` without a frontier: where a zone opened for that class
+    /// goes (`Meta::apply`, `ZoneOpen`).
+    pub fn empty_slot(&self, class: Class) -> Option<Slot> {
+        (0..self.frontiers.len())
+            .map(Slot)
+            .find(|&s| self.class_of(s) == class && self.frontiers[s.0].is_none())
     }
 
     pub fn nr_free(&self) -> u32 {

@@ -15,6 +15,7 @@ pub fn lsl_format_opts(log_blocks: u32) -> FormatOptions {
         op: 0.07,
         log_blocks,
         uuid: None,
+        user_frontiers: dmz::lsl::DEFAULT_USER_FRONTIERS,
     }
 }
 
