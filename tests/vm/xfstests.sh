@@ -62,13 +62,19 @@ for side in baseline zonedd; do
     done
     # generic/757 (aio O_DIRECT writes with fdatasync recorded by dm-log-writes, then the
     # filesystem replayed to each FUA write, mounted and checked) replays up to 100 points, at
-    # some 10 s each under TCG; the copy replays the first 10 (the first FUAs after mkfs).
+    # some 10 s each under TCG; the copy replays the first 5 (the first FUAs after mkfs; 10
+    # took 86 s on the baseline and 121 s on zonedd, both at once). Its thin pool is 90 % of
+    # the scratch disk, and common/dmthin sizes the pool's metadata as 48 / 1024 of that: on
+    # disks of 4 KiB logical blocks (both sides' here) that is no whole number of blocks and
+    # the linear table is refused (EINVAL, "failed to create dm thin meta device"); the copy
+    # rounds the pool down to a multiple of 4 MiB.
     f=$work/fstests-$side/tests/generic/757
-    rm -f "$f" && sed 's/_soak_loop_running \$((100 \* TIME_FACTOR))/_soak_loop_running $((10 * TIME_FACTOR))/' \
+    rm -f "$f" && sed -e 's/_soak_loop_running \$((100 \* TIME_FACTOR))/_soak_loop_running $((5 * TIME_FACTOR))/' \
+        -e 's|^sectors=\$((sectors \* 90 / 100))$|sectors=$((sectors * 90 / 100 / 8192 * 8192))|' \
         "$work/fstests/tests/generic/757" >"$f"
     chmod +x "$f"
-    grep -q '_soak_loop_running \$((10 \* TIME_FACTOR))' "$f" ||
-        vm_fail "xfstests' generic/757 changed: its replay count needs a look"
+    grep -q '_soak_loop_running \$((5 \* TIME_FACTOR))' "$f" && grep -q '/ 8192 \* 8192))$' "$f" ||
+        vm_fail "xfstests' generic/757 changed: its replay count and pool size need a look"
 done
 
 # udev stand-in for device-mapper: dmsetup (with DM_DISABLE_UDEV=1) makes /dev/mapper/NAME a
@@ -334,6 +340,13 @@ for f in "$work"/results/*/*/*.out.bad; do
     [ -e "$f" ] || continue
     echo "---- ${f#"$work"/results/} (head)"
     head -n 30 "$f"
+done
+# Why a test did not run, from its own log when the reason names no file (e.g. a dmsetup
+# that failed).
+for f in "$work"/results/*/*/*.notrun; do
+    [ -e "$f" ] && [ -e "${f%.notrun}.full" ] || continue
+    echo "---- ${f#"$work"/results/}: $(cat "$f"); ${f%.notrun}.full (tail)"
+    tail -n 15 "${f%.notrun}.full"
 done
 echo "xfstests: $((SECONDS - t_start)) s in all"
 exit $rc
