@@ -217,6 +217,11 @@ impl LogEngine {
             }
         };
         if needs_reset {
+            // A zone is freed in memory when its `ZoneFree` is appended, durable only once the
+            // GC that freed it has synced the log; a failure between the two stops the engine.
+            // A writer that passed its check before then must not reset the zone: the
+            // metadata on the device still maps its blocks.
+            self.check_failed()?;
             let _r = self.reset.write();
             self.dev(self.dev.zone_mgmt(ZoneOp::Reset, zone.0))?;
         }
