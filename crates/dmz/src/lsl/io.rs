@@ -230,3 +230,40 @@ impl LogEngine {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use zbd::{MemDevice, ZonedDevice};
+
+    use super::super::record::Class;
+    use super::super::{format, EngineError, FormatOptions, LogEngine, LogOptions};
+
+    /// A zone that a GC freed in memory while the log sync that would make its `ZoneFree`
+    /// durable failed (the engine then stops) is not reset by a writer that passed its
+    /// failure check before: the metadata on the device still maps its blocks.
+    #[test]
+    fn a_failed_engine_resets_no_zone() {
+        let dev = Arc::new(MemDevice::with_zones(64 << 10, 20, 4).unwrap());
+        let opts = FormatOptions {
+            log_blocks: 32,
+            ..FormatOptions::default()
+        };
+        format(&*dev, &opts).unwrap();
+        let e = LogEngine::open(dev.clone(), LogOptions::default()).unwrap();
+        // The state such a GC leaves: the first free zone holds data and awaits its reset.
+        let zone = e.state.lock().zones.first_free().unwrap();
+        let start = dev.geometry().zone_start(zone.0);
+        dev.write_at(&[5u8; 4096], start).unwrap();
+        e.state.lock().zones.get_mut(zone).needs_reset = true;
+        e.fail(EngineError::Meta("a log write failed".into()));
+        assert!(e.open_frontier(Class::User).is_err());
+        let wp = dev.report_all().unwrap()[zone.idx()].wp;
+        assert_eq!(
+            wp,
+            start + 4096,
+            "zone {zone} was reset after the engine failed"
+        );
+    }
+}
