@@ -61,8 +61,12 @@ create() { # create -> "BDEV ID"
     echo "$(sed -n 1p <<<"$out") $(sed -n 's/^id //p' <<<"$out")"
 }
 
-# 1.5 GiB, 64 MiB zones, 8 conventional (512 MiB: the log ring takes 64 MiB).
-nb=$(make_nullb nullb0 1536 64 8)
+# 2 GiB, 64 MiB zones, 8 conventional (512 MiB: the log ring takes 64 MiB): 24 data zones, of
+# which the five frontiers, the GC zone and two spare zones are kept out, so about 1 GiB is
+# exposed (with 1.5 GiB only 511 MiB was, and fio, given an offset past the end, never
+# returned). The raw random writes below go at 896 MiB, 128 MiB into xfs's last allocation
+# group (4 of 256 MiB), where the small tree's files and the group's headers are not.
+nb=$(make_nullb nullb0 2048 64 8)
 vm_step "format --layout log"
 "$Z" format --backend "$nb" --layout log --force
 expect_error 2 "already formatted (zonedd's log layout)" "$Z" format --backend "$nb"
@@ -120,7 +124,7 @@ echo "ok: reopened"
 
 vm_step "random writes survive kill -9 + recover"
 fio --name=lsl --filename="$bdev" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
-    --iodepth=16 --offset=512M --size=32M --randseed=13 --verify=crc32c --do_verify=0 \
+    --iodepth=16 --offset=896M --size=32M --randseed=13 --verify=crc32c --do_verify=0 \
     --eta=never --output="$VM_SCRATCH/fio.write" || {
     cat "$VM_SCRATCH/fio.write"
     vm_fail "fio failed"
@@ -130,7 +134,7 @@ wait_state "$id" quiesced
 "$Z" recover "$id"
 wait_state "$id" live
 fio --name=lsl --filename="$bdev" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
-    --iodepth=16 --offset=512M --size=32M --randseed=13 --verify=crc32c --verify_only \
+    --iodepth=16 --offset=896M --size=32M --randseed=13 --verify=crc32c --verify_only \
     --verify_fatal=1 --eta=never --output="$VM_SCRATCH/fio.verify" || {
     cat "$VM_SCRATCH/fio.verify"
     vm_fail "random writes lost after kill -9 + recover"
