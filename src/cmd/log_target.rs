@@ -1,6 +1,9 @@
 //! A log-layout volume (`dmz::lsl`, `zonedd format --layout log`) as the frontend's
-//! [`BlockTarget`]: every request through the pool (no planned reads or writes yet), keyed by
-//! 4 MiB ranges of the logical space.
+//! [`BlockTarget`]: requests through the pool, keyed by 4 MiB ranges of the logical space,
+//! except the writes the engine plans ([`dmz::lsl::LogEngine::plan_write`]), which the queue
+//! threads write and log on their own rings (hop-free writes), on devices that take
+//! sequential writes through their read source (real zoned block devices). Reads all go
+//! through the pool.
 
 use std::sync::Arc;
 
@@ -12,7 +15,7 @@ use super::create::Opened;
 /// Requests are split, and ordered on the pool, per this much of the logical space.
 const RANGE: u64 = 4 << 20;
 
-struct LogTarget(dmz::lsl::LogEngine);
+struct LogTarget(Arc<dmz::lsl::LogEngine>);
 
 fn errno(e: dmz::engine::EngineError) -> i32 {
     let n = e.errno();
@@ -48,6 +51,89 @@ impl BlockTarget for LogTarget {
     fn flush(&self) -> Result<(), i32> {
         self.0.flush().map_err(errno)
     }
+    /// The writes of one pool batch share a log write (the frontend syncs them at the
+    /// batch's end).
+    fn write_unsynced(
+        &self,
+        offset: u64,
+        buf: &[u8],
+        fua: bool,
+    ) -> Result<frontend::SyncToken, i32> {
+        let seq = self.0.write_unsynced(offset, buf, fua).map_err(errno)?;
+        Ok(frontend::SyncToken(seq))
+    }
+    fn sync(&self, token: frontend::SyncToken) -> Result<(), i32> {
+        self.0.sync(token.0).map_err(errno)
+    }
+    fn read_fd(&self) -> Option<std::os::fd::RawFd> {
+        // Registered as the queue rings' fixed file 1 for planned writes and log writes;
+        // `plan_read` stays the default (no plan), so reads take the pool.
+        self.source().map(|s| s.fd)
+    }
+    fn plan_write(&self, offset: u64, data: &[u8]) -> Option<frontend::WritePlan> {
+        let src = self.source()?;
+        let plan = self.0.plan_write(offset, data)?;
+        Some(frontend::WritePlan {
+            device_offset: src.base + plan.device_offset(),
+            sync_first: None,
+            guard: Box::new(LogPlan(plan)),
+        })
+    }
+    fn plan_sync(&self, token: frontend::SyncToken) -> Result<frontend::SyncPlan, i32> {
+        let Some(src) = self.source() else {
+            return Ok(frontend::SyncPlan::Busy);
+        };
+        Ok(match self.0.plan_sync(token.0).map_err(errno)? {
+            dmz::lsl::LogSyncPlan::Done => frontend::SyncPlan::Done,
+            dmz::lsl::LogSyncPlan::Busy => frontend::SyncPlan::Busy,
+            dmz::lsl::LogSyncPlan::Write(log) => frontend::SyncPlan::Write(Box::new(LogBlocks {
+                log,
+                base: src.base,
+            })),
+        })
+    }
+}
+
+impl LogTarget {
+    /// The device's read source when the queue rings may write both the log (conventional
+    /// zones) and the frontiers (sequential zones) through it.
+    fn source(&self) -> Option<zbd::ReadSource> {
+        self.0
+            .read_source()
+            .filter(|s| s.conv_writes && s.seq_writes)
+    }
+}
+
+/// The engine's write plan as the frontend's guard: it holds a frontier's turn.
+struct LogPlan(dmz::lsl::LogWritePlan);
+
+impl frontend::WriteGuard for LogPlan {
+    fn complete(self: Box<Self>, data: &[u8]) -> Result<frontend::SyncToken, i32> {
+        self.0
+            .complete(data)
+            .map(frontend::SyncToken)
+            .map_err(errno)
+    }
+}
+
+/// The engine's log write as the frontend's: it holds the engine's log writer.
+struct LogBlocks {
+    log: dmz::lsl::LogWrite,
+    /// The read source's offset of device byte 0.
+    base: u64,
+}
+
+impl frontend::LogWriteGuard for LogBlocks {
+    fn blocks(&self) -> Vec<(u64, &[u8])> {
+        self.log
+            .blocks()
+            .map(|(off, b)| (self.base + off, b))
+            .collect()
+    }
+    fn complete(self: Box<Self>, result: Result<(), i32>) -> Result<(), i32> {
+        let result = result.map_err(std::io::Error::from_raw_os_error);
+        self.log.complete(result).map_err(errno)
+    }
 }
 
 /// Open the log-layout volume on `dev` for `create`.
@@ -55,7 +141,7 @@ pub(super) fn open(backend: &str, dev: Arc<dyn zbd::ZonedDevice>) -> Result<Open
     let geometry = super::create::geometry_json(dev.as_ref());
     let engine = dmz::lsl::LogEngine::open(dev, dmz::lsl::LogOptions::default())
         .map_err(|e| format!("{backend}: {e}"))?;
-    let typed = Arc::new(LogTarget(engine));
+    let typed = Arc::new(LogTarget(Arc::new(engine)));
     let weak = Arc::downgrade(&typed);
     let target: Arc<dyn BlockTarget> = typed.clone();
     Ok(Opened {
@@ -74,16 +160,22 @@ pub(super) fn open(backend: &str, dev: Arc<dyn zbd::ZonedDevice>) -> Result<Open
                     .to_string(),
             )
         }),
-        close: Box::new(move || match Arc::try_unwrap(typed) {
-            Ok(t) => {
-                t.0.close()
-                    .map_err(|e| format!("closing the log engine: {e}"))
-            }
-            Err(t) => {
-                tracing::error!("log engine still referenced at shutdown: flushing instead");
-                t.0.flush()
-                    .map_err(|e| format!("flushing the log engine: {e}"))
-            }
-        }),
+        close: Box::new(
+            move || match Arc::try_unwrap(typed).map(|t| Arc::try_unwrap(t.0)) {
+                Ok(Ok(e)) => e
+                    .close()
+                    .map_err(|e| format!("closing the log engine: {e}")),
+                Ok(Err(e)) => {
+                    tracing::error!("log engine still referenced at shutdown: flushing instead");
+                    e.flush()
+                        .map_err(|e| format!("flushing the log engine: {e}"))
+                }
+                Err(t) => {
+                    tracing::error!("log engine still referenced at shutdown: flushing instead");
+                    t.0.flush()
+                        .map_err(|e| format!("flushing the log engine: {e}"))
+                }
+            },
+        ),
     })
 }

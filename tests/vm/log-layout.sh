@@ -129,6 +129,14 @@ fio --name=lsl --filename="$bdev" --ioengine=libaio --direct=1 --rw=randwrite --
     cat "$VM_SCRATCH/fio.write"
     vm_fail "fio failed"
 }
+# The log layout's hop-free writes (docs/design.md, "Planned writes"): null_blk takes the
+# frontiers' writes through the queue rings, so most of fio's must have gone that way.
+read -r hfw writes planned <<<"$("$Z" status "$id" --json | python3 -c 'import json,sys
+d = json.load(sys.stdin)
+print(d["frontend"]["hop_free_writes"], d["frontend"]["writes"], d["engine"]["planned_writes"])')"
+echo "hop-free writes: $hfw of $writes (the engine counts $planned planned)"
+[ "$hfw" -gt 0 ] && [ "$hfw" = "$planned" ] ||
+    vm_fail "hop-free writes on the log layout: $hfw, the engine's planned writes: $planned"
 kill -9 "$(field "$id" pid)"
 wait_state "$id" quiesced
 "$Z" recover "$id"

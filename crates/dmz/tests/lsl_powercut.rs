@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use common::lsl::*;
 use common::powercut::{check_read, Op};
 use common::*;
-use dmz::lsl::{LogEngine, LogOptions};
+use dmz::lsl::{LogEngine, LogOptions, LogSyncPlan};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zbd::{FaultyDevice, MemDevice, OpKind, ZoneOp};
@@ -33,6 +33,20 @@ fn opts() -> LogOptions {
     LogOptions {
         gc_batch_blocks: 4,
         ..lsl_test_opts()
+    }
+}
+
+/// [`opts`] for a workload; with planned writes GC starts only when a frontier needs a
+/// zone (`gc_start_zones` = `gc_low_zones`): a plan is had only while no GC is due, which
+/// on this small volume is otherwise almost never.
+fn opts_for(planned: bool) -> LogOptions {
+    let o = opts();
+    match planned {
+        true => LogOptions {
+            gc_start_zones: o.gc_low_zones,
+            ..o
+        },
+        false => o,
     }
 }
 
@@ -102,24 +116,87 @@ fn workload(seed: u64, n: usize, blocks: u64) -> Vec<Op> {
     ops
 }
 
-/// Run ops until one fails; returns how many completed.
-fn run(e: &LogEngine, ops: &[Op]) -> usize {
-    for (i, op) in ops.iter().enumerate() {
-        let r = match *op {
+/// Planned writes in flight at once (`run` with `planned`): each holds a frontier's turn.
+const GROUP: usize = 3;
+
+/// Run ops until one fails: (ops completed, end of the ops in flight when it failed). With
+/// `planned`, runs of plain writes go as planned writes (`LogEngine::plan_write`), up to
+/// [`GROUP`] in flight, as queue threads make them: each planned, every data write done,
+/// then each completed and synced (through `plan_sync` for even ops, the blocking `sync`
+/// for odd ones). A write that gets no plan goes through the engine after the group.
+fn run(e: &Arc<LogEngine>, ops: &[Op], planned: bool) -> (usize, usize) {
+    let mut i = 0;
+    while i < ops.len() {
+        if planned {
+            match run_group(e, ops, i) {
+                Ok(0) => {}
+                Ok(k) => {
+                    i += k;
+                    continue;
+                }
+                Err(failed) => return failed,
+            }
+        }
+        let r = match ops[i] {
             Op::Write { start, len, fua } => {
-                let mut buf = vec![0u8; len as usize * BS];
-                pattern(i as u64 + 1, start, &mut buf);
-                e.write(start * BS as u64, &buf, fua)
+                e.write(start * BS as u64, &op_data(i, start, len), fua)
             }
             Op::Discard { start, len } => e.discard(start * BS as u64, len * BS as u64),
             Op::Flush => e.flush(),
             Op::Commit => e.debug_checkpoint(),
         };
         if r.is_err() {
-            return i;
+            return (i, i + 1);
         }
+        i += 1;
     }
-    ops.len()
+    (ops.len(), ops.len())
+}
+
+/// The data op `i` writes.
+fn op_data(i: usize, start: u64, len: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; len as usize * BS];
+    pattern(i as u64 + 1, start, &mut buf);
+    buf
+}
+
+/// A group of planned writes from op `i` (see [`run`]): how many ops it ran (0: op `i` got
+/// no plan), or (completed, end of the group) when one failed.
+fn run_group(e: &Arc<LogEngine>, ops: &[Op], i: usize) -> Result<usize, (usize, usize)> {
+    let mut group = Vec::new();
+    for (j, op) in ops.iter().enumerate().skip(i).take(GROUP) {
+        let Op::Write {
+            start,
+            len,
+            fua: false,
+        } = *op
+        else {
+            break;
+        };
+        let data = op_data(j, start, len);
+        let Some(plan) = e.plan_write(start * BS as u64, &data) else {
+            break;
+        };
+        group.push((j, plan, data));
+    }
+    let end = i + group.len();
+    for (_, plan, data) in &mut group {
+        plan.write_for_test(data).map_err(|_| (i, end))?;
+    }
+    for (j, plan, data) in group {
+        let seq = plan.complete(&data).map_err(|_| (j, end))?;
+        let synced = match j % 2 {
+            0 => match e.plan_sync(seq) {
+                Ok(LogSyncPlan::Done) => Ok(()),
+                Ok(LogSyncPlan::Busy) => e.sync(seq),
+                Ok(LogSyncPlan::Write(w)) => w.write_for_test(),
+                Err(err) => Err(err),
+            },
+            _ => e.sync(seq),
+        };
+        synced.map_err(|_| (j, end))?;
+    }
+    Ok(end - i)
 }
 
 /// A copy of `base` loses power after its device write `k` of an open followed by `work`
@@ -131,14 +208,15 @@ fn cut_during(
     k: u64,
     pat: u64,
     rng_seed: u64,
-    work: impl FnOnce(&LogEngine) -> usize,
-) -> (MemDevice, usize) {
+    opts: LogOptions,
+    work: impl FnOnce(&Arc<LogEngine>) -> (usize, usize),
+) -> (MemDevice, (usize, usize)) {
     let dev = Arc::new(FaultyDevice::new(base.snapshot()).unwrap());
     let zones = watch_pending(&dev);
     dev.cut_power_after_writes(k);
-    let done = match LogEngine::open(dev.clone(), opts()) {
-        Ok(e) => work(&e),
-        Err(_) => 0,
+    let done = match LogEngine::open(dev.clone(), opts) {
+        Ok(e) => work(&Arc::new(e)),
+        Err(_) => (0, 0),
     };
     let mut rng = StdRng::seed_from_u64(rng_seed);
     let zones = zones.lock().clone();
@@ -157,21 +235,23 @@ fn cut_during(
     (dev.inner().snapshot(), done)
 }
 
-/// Open `dev` and check every block against `ops`, `done` of which completed.
-fn verify(dev: MemDevice, ops: &[Op], done: usize, what: &str) {
+/// Open `dev` and check every block against `ops`: `done.0` of them completed, those up to
+/// `done.1` were in flight.
+fn verify(dev: MemDevice, ops: &[Op], done: (usize, usize), what: &str) {
     let e = LogEngine::open(Arc::new(dev), opts())
         .unwrap_or_else(|err| panic!("{what}: reopen failed: {err}"));
     let mut got = vec![0u8; e.capacity() as usize];
     e.read(0, &mut got)
         .unwrap_or_else(|err| panic!("{what}: read: {err}"));
-    check_read(&got, ops, done, done + 1, what);
+    check_read(&got, ops, done.0, done.1.max(done.0 + 1), what);
 }
 
 /// The power goes after device write `k` of `ops` (on a copy of `template`); then reopen
 /// and check.
 fn cut_and_verify(template: &MemDevice, ops: &[Op], seed: u64, k: u64, pat: u64) {
-    let (dev, done) = cut_during(template, k, pat, seed * 1_000_003 + k * 7 + pat, |e| {
-        run(e, ops)
+    let rng_seed = seed * 1_000_003 + k * 7 + pat;
+    let (dev, done) = cut_during(template, k, pat, rng_seed, opts_for(planned(seed)), |e| {
+        run(e, ops, planned(seed))
     });
     verify(
         dev,
@@ -179,6 +259,12 @@ fn cut_and_verify(template: &MemDevice, ops: &[Op], seed: u64, k: u64, pat: u64)
         done,
         &format!("seed {seed} cut after write {k} pattern {pat}"),
     );
+}
+
+/// Seeds 1 and 2 of every four run their plain writes as planned writes (the frontend's
+/// hop-free writes), one flushing often and one rarely.
+fn planned(seed: u64) -> bool {
+    matches!(seed % 4, 1 | 2)
 }
 
 /// Device writes an open of `dev` makes (replay, settling zones, checkpoint).
@@ -199,15 +285,17 @@ fn power_cut_at_every_write() {
     let nops = if release { 70 } else { 40 };
     let template = template();
     let (mut points, mut gc_zones, mut checkpoints, mut writes, mut paced) = (0u64, 0, 0, 0, 0);
+    let mut nr_planned = 0;
     let start = std::time::Instant::now();
     for seed in first..first + seeds {
         // Dry run: how many device writes the workload makes, and that it runs GC.
         let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
-        let e = LogEngine::open(dev.clone(), opts()).unwrap();
+        let e = Arc::new(LogEngine::open(dev.clone(), opts_for(planned(seed))).unwrap());
         let blocks = e.capacity() / BS as u64;
         let ops = workload(seed, nops, blocks);
-        assert_eq!(run(&e, &ops), ops.len());
+        assert_eq!(run(&e, &ops, planned(seed)), (ops.len(), ops.len()));
         let s = e.stats();
+        nr_planned += s.planned_writes;
         gc_zones += s.gc_zones_freed;
         paced += s.gc_paced_batches;
         checkpoints += s.checkpoints;
@@ -223,14 +311,15 @@ fn power_cut_at_every_write() {
     }
     eprintln!(
         "log layout power cuts: {points} crash points over {writes} device writes, \
-         {gc_zones} GC zones ({paced} paced batches) and {checkpoints} checkpoints in the \
-         workloads, {:.1} s",
+         {gc_zones} GC zones ({paced} paced batches), {checkpoints} checkpoints and \
+         {nr_planned} planned writes in the workloads, {:.1} s",
         start.elapsed().as_secs_f64()
     );
     assert!(
         gc_zones > 0 && paced > 0 && checkpoints > seeds,
         "the workloads must run GC (paced too) and checkpoints"
     );
+    assert!(nr_planned > 0, "no write of the workloads was planned");
     if release {
         assert!(points >= 10_000, "only {points} crash points");
     }
@@ -249,17 +338,20 @@ fn power_cut_during_recovery() {
     let start = std::time::Instant::now();
     for seed in 0..seeds {
         let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
-        let e = LogEngine::open(dev.clone(), opts()).unwrap();
+        let e = Arc::new(LogEngine::open(dev.clone(), opts_for(planned(seed))).unwrap());
         let ops = workload(seed, 70, e.capacity() / BS as u64);
-        assert_eq!(run(&e, &ops), ops.len());
+        assert_eq!(run(&e, &ops, planned(seed)), (ops.len(), ops.len()));
         drop(e);
         for k in (0..=dev.write_count()).step_by(11) {
-            let (first, done) = cut_during(&template, k, 2, seed * 31 + k, |e| run(e, &ops));
+            let o = opts_for(planned(seed));
+            let (first, done) = cut_during(&template, k, 2, seed * 31 + k, o, |e| {
+                run(e, &ops, planned(seed))
+            });
             let writes = open_writes(&first);
             recovery_writes += writes;
             for k2 in 0..=writes {
                 for pat in 0..PATTERNS {
-                    let (second, _) = cut_during(&first, k2, pat, k2 * 5 + pat, |_| 0);
+                    let (second, _) = cut_during(&first, k2, pat, k2 * 5 + pat, opts(), |_| (0, 0));
                     let what = format!(
                         "seed {seed} cut after write {k}, then after write {k2} of the \
                          recovery, pattern {pat}"

@@ -613,7 +613,34 @@ impl ZonedDevice for BlockDev {
             base: 0,
             direct: true,
             conv_writes: true,
+            seq_writes: true,
         })
+    }
+
+    fn source_written(&self, offset: u64, len: u64) -> Result<()> {
+        let z = check_io(&self.geo, offset, len, "write")?;
+        if !self.sequential[z as usize] || len == 0 {
+            return Ok(());
+        }
+        let _zl = self.zone_locks[z as usize].lock();
+        let rel = offset - self.geo.zone_start(z);
+        let slot = &self.readable[z as usize];
+        let known = slot.load(Ordering::Acquire);
+        if known == OFFLINE {
+            return Ok(());
+        }
+        if known != rel {
+            // The drive took the write (it checks the write pointer itself): what this
+            // device knew is stale, so learn the zone again.
+            self.refresh(z);
+            return Err(ZbdError::Invalid(format!(
+                "{}: a write through the read source at {offset:#x} was not at the write \
+                 pointer known ({known:#x} into zone {z})",
+                self.path.display()
+            )));
+        }
+        slot.store((rel + len).min(self.geo.zone_capacity), Ordering::Release);
+        Ok(())
     }
 
     fn describe(&self) -> String {

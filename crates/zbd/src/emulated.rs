@@ -756,6 +756,7 @@ impl ZonedDevice for Emulated {
             base: self.data_offset,
             direct: false,
             conv_writes: true,
+            seq_writes: false,
         })
     }
 

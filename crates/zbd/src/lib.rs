@@ -236,6 +236,12 @@ pub struct ReadSource {
     /// do. It skips the device's own checks of the zone's condition: the caller writes only
     /// zones it has not retired. Never for sequential zones (their write pointers).
     pub conv_writes: bool,
+    /// Sequential zones may be written through `fd` too, at their write pointer, one write
+    /// per zone at a time (the caller orders them), each reported once it completed with
+    /// [`ZonedDevice::source_written`]: the device's own writes keep its state of the zone,
+    /// so it must learn of these. Real zoned block devices only (the drive keeps the write
+    /// pointer; an emulated image keeps it in its own state).
+    pub seq_writes: bool,
 }
 
 /// One device of a (possibly multi-device) volume, as [`ZonedDevice::members`] lists it.
@@ -332,6 +338,22 @@ pub trait ZonedDevice: Send + Sync {
         None
     }
 
+    /// A write of `len` bytes at `offset` of a sequential zone, made through the
+    /// [`ReadSource`] (`seq_writes`), completed: the device updates what it keeps of the
+    /// zone (its readable end) as [`ZonedDevice::write_at`] would have. An error when the
+    /// write was not at the write pointer the device knew. Default (no `seq_writes`):
+    /// EOPNOTSUPP.
+    fn source_written(&self, offset: u64, len: u64) -> Result<()> {
+        let _ = (offset, len);
+        Err(ZbdError::device(
+            format!(
+                "{}: no writes of sequential zones through its read source",
+                self.describe()
+            ),
+            libc::EOPNOTSUPP,
+        ))
+    }
+
     /// Convenience: report every zone.
     fn report_all(&self) -> Result<Vec<Zone>> {
         self.report_zones(0, self.geometry().nr_zones)
@@ -392,6 +414,9 @@ macro_rules! forward_zoned_device {
             }
             fn read_source(&self) -> Option<ReadSource> {
                 (**self).read_source()
+            }
+            fn source_written(&self, offset: u64, len: u64) -> Result<()> {
+                (**self).source_written(offset, len)
             }
             fn set_zone_condition(&self, zone: u32, cond: ZoneCondition) -> Result<()> {
                 (**self).set_zone_condition(zone, cond)

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use parking_lot::MutexGuard;
+use parking_lot::{ArcMutexGuard, RawMutex};
 use zbd::ZoneOp;
 
 use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
@@ -55,9 +55,19 @@ impl LogEngine {
     /// frontier is sealed only by its turn's holder, so every block placed in a zone is
     /// logged before the zone is full (and a GC victim).
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), EngineError> {
+        let last = self.write_unsynced(offset, data, fua)?;
+        self.sync(last)
+    }
+
+    /// [`LogEngine::write`] up to its log write: the write may be acknowledged once
+    /// [`LogEngine::sync`] of the sequence number returned succeeded (so that the writes a
+    /// caller makes one after the other share one log write). With `fua` the write is
+    /// durable already.
+    pub fn write_unsynced(&self, offset: u64, data: &[u8], fua: bool) -> Result<u64, EngineError> {
         let (first, n) = self.range(offset, data.len())?;
         self.check_failed()?;
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        self.wait_planned(first, n);
         let last = {
             let (slot, _turn) = self.take_turn();
             let mut done = 0u32;
@@ -91,21 +101,21 @@ impl LogEngine {
             .user_blocks
             .fetch_add(n as u64, Ordering::Relaxed);
         if fua {
-            return self.sync_all();
+            self.sync_all()?;
         }
-        self.log_sync(last + 1, false).map(|_| ())
+        Ok(last)
     }
 
     /// A user frontier's turn: the first free one (so a lone writer keeps one frontier and
     /// its stream stays in one zone), else wait for one, taken in rotation.
-    fn take_turn(&self) -> (Slot, MutexGuard<'_, ()>) {
+    fn take_turn(&self) -> (Slot, ArcMutexGuard<RawMutex, ()>) {
         for (s, t) in self.turns.iter().enumerate() {
-            if let Some(g) = t.try_lock() {
+            if let Some(g) = t.try_lock_arc() {
                 return (Slot(s), g);
             }
         }
         let s = self.next_turn.fetch_add(1, Ordering::Relaxed) % self.turns.len();
-        (Slot(s), self.turns[s].lock())
+        (Slot(s), self.turns[s].lock_arc())
     }
 
     /// Unmap `len` bytes at `offset` (they read as zeros); logged like a write.
@@ -116,6 +126,7 @@ impl LogEngine {
         if n == 0 {
             return Ok(());
         }
+        self.wait_planned(first, n);
         let last = {
             let _w = self.wlock.lock();
             self.log_op(LogRec::Trim { lba: Lba(first), n })?

@@ -31,18 +31,20 @@ mod io;
 pub mod layout;
 mod meta;
 mod open;
+mod plan;
 mod record;
 mod zones;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 use zbd::ZonedDevice;
 
 pub use crate::engine::EngineError;
 pub use layout::{FormatOptions, DEFAULT_USER_FRONTIERS};
 pub use open::{debug_reseal, format, is_log_layout};
+pub use plan::{LogSyncPlan, LogWrite, LogWritePlan};
 
 use layout::Layout;
 use meta::Meta;
@@ -102,6 +104,11 @@ pub struct LogStats {
     pub writes: u64,
     pub discards: u64,
     pub flushes: u64,
+    /// Writes placed without blocking and written by the caller (the frontend's hop-free
+    /// writes, `plan`), and writes through the engine that waited for a planned write over
+    /// the same blocks.
+    pub planned_writes: u64,
+    pub planned_write_waits: u64,
     /// Summary blocks that failed their CRC and were rebuilt from the index.
     pub summary_rebuilds: u64,
     /// At the last open: records replayed, and `Append` blocks dropped (not on the device).
@@ -127,6 +134,8 @@ struct Counters {
     writes: AtomicU64,
     discards: AtomicU64,
     flushes: AtomicU64,
+    planned: AtomicU64,
+    planned_waits: AtomicU64,
     summary_rebuilds: AtomicU64,
     replayed: AtomicU64,
     replay_dropped: AtomicU64,
@@ -138,17 +147,31 @@ pub struct LogEngine {
     layout: Layout,
     opts: LogOptions,
     state: Mutex<Meta>,
-    /// One per user frontier: held by the write placing on it, from placing to logging.
-    turns: Vec<Mutex<()>>,
+    /// One per user frontier: held by the write placing on it, from placing to logging (a
+    /// planned write's guard holds it from its plan to its completion).
+    turns: Vec<Arc<Mutex<()>>>,
     next_turn: AtomicUsize,
     wlock: Mutex<()>,
-    log_write: Mutex<()>,
+    /// The one log writer (a planned log write holds it while its blocks are written by the
+    /// caller, `plan::LogWrite`).
+    log_write: Arc<Mutex<()>>,
+    /// The logical blocks (first, count) of the planned writes in flight (`plan`): a write
+    /// or discard through the engine that overlaps one waits on `planned_done` until it has
+    /// logged its record, so that it is not overtaken by an older write.
+    planned: Mutex<Vec<(u32, u32)>>,
+    planned_done: Condvar,
     reset: RwLock<()>,
     failed: Mutex<Option<String>>,
     stats: Counters,
 }
 
 impl LogEngine {
+    /// Where the caller may read, and write, the device itself (`zbd::ReadSource`): the
+    /// data of [`LogEngine::plan_write`] and the blocks of [`LogEngine::plan_sync`].
+    pub fn read_source(&self) -> Option<zbd::ReadSource> {
+        self.dev.read_source()
+    }
+
     /// Exposed bytes.
     pub fn capacity(&self) -> u64 {
         self.layout.user_blocks * BLOCK as u64
@@ -210,6 +233,8 @@ impl LogEngine {
             writes: c(&self.stats.writes),
             discards: c(&self.stats.discards),
             flushes: c(&self.stats.flushes),
+            planned_writes: c(&self.stats.planned),
+            planned_write_waits: c(&self.stats.planned_waits),
             summary_rebuilds: c(&self.stats.summary_rebuilds),
             replayed_records: c(&self.stats.replayed),
             replay_dropped_blocks: c(&self.stats.replay_dropped),

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 use zbd::{Zone, ZoneOp, ZonedDevice};
 
 use super::layout::Pba;
@@ -215,7 +215,7 @@ impl LogEngine {
         } = load(&*dev)?;
         meta.log.start_at(next_seq);
         let turns = (0..layout.user_frontiers())
-            .map(|_| Mutex::new(()))
+            .map(|_| Arc::new(Mutex::new(())))
             .collect();
         let e = LogEngine {
             dev,
@@ -225,7 +225,9 @@ impl LogEngine {
             turns,
             next_turn: AtomicUsize::new(0),
             wlock: Mutex::new(()),
-            log_write: Mutex::new(()),
+            log_write: Arc::new(Mutex::new(())),
+            planned: Mutex::new(Vec::new()),
+            planned_done: Condvar::new(),
             reset: RwLock::new(()),
             failed: Mutex::new(None),
             stats,

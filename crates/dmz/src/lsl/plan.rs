@@ -1,0 +1,287 @@
+//! Planned writes (docs/design.md, "Log layout", "Planned writes"): a write placed without
+//! blocking, its data written by the caller on its own ring through the device's read source
+//! (`zbd::ReadSource::seq_writes`), then recorded; and the log write that makes it durable,
+//! also made by the caller. What the frontend's hop-free write path asks of a target
+//! (`frontend::BlockTarget::plan_write`, `plan_sync`).
+//!
+//! A plan is had only when nothing must wait: a free turn whose frontier has room for the
+//! whole write (no seal, no zone to open), no GC due, no planned write in flight over the
+//! same blocks. Its guard holds the turn until the record is appended, as a write through
+//! the engine does (so the zone's writes reach the device in write-pointer order, and every
+//! block placed in it is logged before it can be sealed); and it keeps its blocks in
+//! `LogEngine::planned` until then, where a write or discard through the engine over any of
+//! them waits (`wait_planned`), so that the older write never logs last. Placing needs only
+//! the turn and `state`: no `wlock`, which a GC or a checkpoint may hold long.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use parking_lot::{ArcMutexGuard, RawMutex};
+
+use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
+
+use super::record::LogRec;
+use super::zones::Slot;
+use super::{EngineError, LogEngine};
+
+/// A write placed at a user frontier, its data still to be written by the caller at
+/// [`LogWritePlan::device_offset`]. Dropped without [`LogWritePlan::complete`] (not
+/// written, or the data write failed), it records nothing and gives its blocks back to the
+/// frontier (nobody placed after them: its guard holds the turn). If the failed write
+/// moved the zone's write pointer all the same, the next write there fails at the device
+/// and stops the engine: never a silent misplacement.
+pub struct LogWritePlan {
+    engine: Arc<LogEngine>,
+    slot: Slot,
+    first: u32,
+    n: u32,
+    zone: ZoneId,
+    off: u32,
+    /// Set by [`LogWritePlan::write_for_test`]: the device already knows of the data.
+    through_device: bool,
+    done: bool,
+    _turn: ArcMutexGuard<RawMutex, ()>,
+}
+
+/// What [`LogEngine::plan_sync`] found.
+pub enum LogSyncPlan {
+    /// The records are written.
+    Done,
+    /// Another thread writes the log now: call [`LogEngine::sync`], which waits for it.
+    Busy,
+    /// Write these blocks, then complete.
+    Write(LogWrite),
+}
+
+/// Log blocks for the caller to write, holding the engine's log writer. Dropped without
+/// [`LogWrite::complete`], it stops the engine (the records may be lost).
+pub struct LogWrite {
+    engine: Arc<LogEngine>,
+    pending: Vec<(u64, Box<[u8; BLOCK]>)>,
+    next: u64,
+    hdr: u64,
+    done: bool,
+    _w: ArcMutexGuard<RawMutex, ()>,
+}
+
+impl LogEngine {
+    /// Plan a write of `data` at `offset` without blocking (see the module comment), or
+    /// `None` whenever anything would have to wait: the caller then calls
+    /// [`LogEngine::write`].
+    pub fn plan_write(self: &Arc<Self>, offset: u64, data: &[u8]) -> Option<LogWritePlan> {
+        let (first, n) = self.range(offset, data.len()).ok()?;
+        if n == 0 || n > IO_BATCH_BLOCKS || self.check_failed().is_err() {
+            return None;
+        }
+        let mut planned = self.planned.lock();
+        if planned.iter().any(|&p| overlaps(p, (first, n))) {
+            return None;
+        }
+        let data_blocks = self.layout.data_blocks();
+        for (s, t) in self.turns.iter().enumerate() {
+            let Some(turn) = t.try_lock_arc() else {
+                continue;
+            };
+            let mut st = self.state.lock();
+            if st.gc.is_some() || st.zones.nr_free() < self.opts.gc_start_zones {
+                // The write would owe GC copying (`gc_paced`): the engine's path pays it.
+                return None;
+            }
+            let Some(f) = st.zones.frontier(Slot(s)) else {
+                continue;
+            };
+            if data_blocks - f.wp < n {
+                continue;
+            }
+            let off = f.wp;
+            for i in 0..n {
+                f.summary[(off + i) as usize] = Some(Lba(first + i));
+            }
+            f.wp += n;
+            let zone = f.zone;
+            planned.push((first, n));
+            return Some(LogWritePlan {
+                engine: self.clone(),
+                slot: Slot(s),
+                first,
+                n,
+                zone,
+                off,
+                through_device: false,
+                done: false,
+                _turn: turn,
+            });
+        }
+        None
+    }
+
+    /// Wait until no planned write over blocks `first..first + n` is in flight (a write or
+    /// discard through the engine, before it takes a turn or `wlock`).
+    pub(super) fn wait_planned(&self, first: u32, n: u32) {
+        let mut planned = self.planned.lock();
+        let mut counted = false;
+        while planned.iter().any(|&p| overlaps(p, (first, n))) {
+            if !counted {
+                self.stats.planned_waits.fetch_add(1, Ordering::Relaxed);
+                counted = true;
+            }
+            self.planned_done.wait(&mut planned);
+        }
+    }
+
+    /// Make the records below `seq + 1` written (a completed plan's, [`LogWritePlan::complete`]),
+    /// blocking: group commit with every other writer, as [`LogEngine::write`] does.
+    pub fn sync(&self, seq: u64) -> Result<(), EngineError> {
+        self.log_sync(seq + 1, false).map(|_| ())
+    }
+
+    /// [`LogEngine::sync`] without blocking: the blocks to write when the log writer is
+    /// free, `Busy` when another thread holds it.
+    pub fn plan_sync(self: &Arc<Self>, seq: u64) -> Result<LogSyncPlan, EngineError> {
+        let Some(w) = self.log_write.try_lock_arc() else {
+            return Ok(LogSyncPlan::Busy);
+        };
+        self.check_failed()?;
+        let mut st = self.state.lock();
+        if st.log.written_seq > seq {
+            return Ok(LogSyncPlan::Done);
+        }
+        Ok(LogSyncPlan::Write(LogWrite {
+            engine: self.clone(),
+            pending: st.log.take_pending(),
+            next: st.log.next_seq,
+            hdr: st.log.flushed_seq,
+            done: false,
+            _w: w,
+        }))
+    }
+}
+
+fn overlaps(a: (u32, u32), b: (u32, u32)) -> bool {
+    a.0 < b.0 + b.1 && b.0 < a.0 + a.1
+}
+
+impl LogWritePlan {
+    /// Byte offset on the device (of the read source: add its `base`) for the data.
+    pub fn device_offset(&self) -> u64 {
+        self.engine.layout.zone_offset(self.zone, self.off)
+    }
+
+    /// `data` (the whole write) is on the device at [`LogWritePlan::device_offset`], written
+    /// through the read source: record it. Returns the record's sequence number, for
+    /// [`LogEngine::sync`] or [`LogEngine::plan_sync`]; the write may be acknowledged once
+    /// that succeeded.
+    pub fn complete(mut self, data: &[u8]) -> Result<u64, EngineError> {
+        let e = self.engine.clone();
+        debug_assert_eq!(data.len(), self.n as usize * BLOCK);
+        if !self.through_device {
+            let len = self.n as u64 * BLOCK as u64;
+            e.dev(e.dev.source_written(self.device_offset(), len))?;
+        }
+        let crcs = data.chunks(BLOCK).map(crc32fast::hash).collect();
+        let seq = {
+            let _w = e.wlock.lock();
+            e.check_failed()?;
+            e.log_op(LogRec::Append {
+                lba: Lba(self.first),
+                zone: self.zone,
+                off: self.off,
+                crcs,
+            })?
+        };
+        self.done = true;
+        e.stats.writes.fetch_add(1, Ordering::Relaxed);
+        e.stats.planned.fetch_add(1, Ordering::Relaxed);
+        e.stats
+            .user_blocks
+            .fetch_add(self.n as u64, Ordering::Relaxed);
+        Ok(seq)
+    }
+
+    /// Test hook: write `data` with the device's own write (the caller's ring write, for
+    /// devices without a read source), before [`LogWritePlan::complete`].
+    #[doc(hidden)]
+    pub fn write_for_test(&mut self, data: &[u8]) -> Result<(), EngineError> {
+        let e = &self.engine;
+        e.dev(e.dev.write_at(data, self.device_offset()))?;
+        self.through_device = true;
+        Ok(())
+    }
+}
+
+impl Drop for LogWritePlan {
+    fn drop(&mut self) {
+        let e = &self.engine;
+        if !self.done {
+            let mut st = e.state.lock();
+            if let Some(f) = st.zones.frontier(self.slot) {
+                if f.zone == self.zone && f.wp == self.off + self.n {
+                    f.wp = self.off;
+                    let r = self.off as usize..(self.off + self.n) as usize;
+                    f.summary[r].fill(None);
+                }
+            }
+        }
+        let mut planned = e.planned.lock();
+        if let Some(i) = planned.iter().position(|&p| p == (self.first, self.n)) {
+            planned.swap_remove(i);
+        }
+        e.planned_done.notify_all();
+        // The turn is released after this, with the guard.
+    }
+}
+
+impl LogWrite {
+    /// (byte offset on the device, 4096-byte block) of each block to write.
+    pub fn blocks(&self) -> impl Iterator<Item = (u64, &[u8])> {
+        let l = &self.engine.layout;
+        self.pending
+            .iter()
+            .map(move |(k, b)| (l.conv_offset(*k), &b[..]))
+    }
+
+    /// Every block written (`Ok`), or the error of one that failed: the engine then stops
+    /// (the records may be lost) and the error comes back.
+    pub fn complete(mut self, result: std::io::Result<()>) -> Result<(), EngineError> {
+        self.done = true;
+        let e = &self.engine;
+        if let Err(err) = result {
+            return Err(e.fail(EngineError::Meta(format!(
+                "metadata log write on the caller's ring: {err}"
+            ))));
+        }
+        let mut st = e.state.lock();
+        st.log.written_seq = st.log.written_seq.max(self.next);
+        if !self.pending.is_empty() {
+            st.log.written_header_flushed = self.hdr;
+            e.stats
+                .log_blocks
+                .fetch_add(self.pending.len() as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Test hook: write the blocks with the device's own writes, then complete.
+    #[doc(hidden)]
+    pub fn write_for_test(self) -> Result<(), EngineError> {
+        let mut r = Ok(());
+        for (k, b) in &self.pending {
+            let at = self.engine.layout.conv_offset(*k);
+            if let Err(err) = self.engine.dev.write_at(&b[..], at) {
+                r = Err(std::io::Error::other(err.to_string()));
+                break;
+            }
+        }
+        self.complete(r)
+    }
+}
+
+impl Drop for LogWrite {
+    fn drop(&mut self) {
+        if !self.done {
+            self.engine.fail(EngineError::Meta(
+                "a planned metadata log write was dropped unwritten".into(),
+            ));
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! Planned writes on the log layout (`LogEngine::plan_write`, the frontend's hop-free
+//! writes): read back beside writes through the engine, GC, discards and flushes, across a
+//! crash; never overtaken by a later write of the same blocks; a plan dropped unwritten
+//! records nothing.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use common::lsl::*;
+use common::*;
+use dmz::lsl::{LogEngine, LogSyncPlan};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// A planned write of `pattern(id, start)` to blocks `start..start + n`, made as a queue
+/// thread makes it (data through the device, record, log written by the caller or the
+/// blocking sync); false when the engine gave no plan.
+fn planned_write(e: &Arc<LogEngine>, start: u64, n: u64, id: u64) -> bool {
+    let mut buf = vec![0u8; n as usize * BS];
+    pattern(id, start, &mut buf);
+    let Some(mut plan) = e.plan_write(start * BS as u64, &buf) else {
+        return false;
+    };
+    plan.write_for_test(&buf).unwrap();
+    let seq = plan.complete(&buf).unwrap();
+    match e.plan_sync(seq).unwrap() {
+        LogSyncPlan::Done => {}
+        LogSyncPlan::Busy => e.sync(seq).unwrap(),
+        LogSyncPlan::Write(w) => w.write_for_test().unwrap(),
+    }
+    true
+}
+
+/// Writers on disjoint ranges, each making half its writes planned (the other half, and
+/// every write that gets no plan, through the engine), with discards and flushes, readers
+/// everywhere, GC under them: everything reads back, at the end and after a crash.
+#[test]
+fn planned_writes_read_back_beside_engine_writes_and_gc() {
+    let dev = formatted_lsl(256, 40, 4, 64);
+    let e = Arc::new(lopen(dev.clone()));
+    let blocks = e.capacity() / BS as u64;
+    let writers = 4u64;
+    let span = blocks / writers;
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|t| {
+            let (e, stop) = (e.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rng = StdRng::seed_from_u64(200 + t);
+                let mut buf = vec![0u8; 8 * BS];
+                while !stop.load(Ordering::Relaxed) {
+                    let start = rng.gen_range(0..blocks - 8);
+                    e.read(start * BS as u64, &mut buf).unwrap();
+                    for (i, b) in buf.chunks(BS).enumerate() {
+                        block_id(b, start + i as u64).unwrap_or_else(|m| panic!("{m}"));
+                    }
+                }
+            })
+        })
+        .collect();
+    let handles: Vec<_> = (0..writers)
+        .map(|w| {
+            let e = e.clone();
+            std::thread::spawn(move || {
+                let mut rng = StdRng::seed_from_u64(w + 7);
+                let mut ids = vec![0u64; span as usize];
+                for i in 0..2500u64 {
+                    let n = rng.gen_range(1..=4);
+                    let off = rng.gen_range(0..=span - n);
+                    let start = w * span + off;
+                    let id = (w << 32) | (i + 1);
+                    let put = match rng.gen_range(0..20) {
+                        0 => {
+                            e.flush().unwrap();
+                            continue;
+                        }
+                        1 => {
+                            e.discard(start * BS as u64, n * BS as u64).unwrap();
+                            0
+                        }
+                        k if k % 2 == 0 && planned_write(&e, start, n, id) => id,
+                        _ => {
+                            lwrite(&e, start, n, id, false);
+                            id
+                        }
+                    };
+                    ids[off as usize..(off + n) as usize].fill(put);
+                }
+                ids
+            })
+        })
+        .collect();
+    let mut m = LModel::new(&e);
+    for (w, h) in handles.into_iter().enumerate() {
+        let ids = h.join().unwrap();
+        m.ids[w * span as usize..(w + 1) * span as usize].copy_from_slice(&ids);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    m.verify(&e);
+    e.debug_check().unwrap();
+    let s = e.stats();
+    eprintln!("{s:?}");
+    assert!(s.gc_zones_freed > 0, "{s:?}");
+    assert!(s.planned_writes > 100, "too few writes were planned: {s:?}");
+    // A crash: no close, no checkpoint; the log gives every acknowledged write back.
+    drop(e);
+    let e = lopen(dev);
+    m.verify(&e);
+}
+
+/// A write through the engine over blocks a planned write holds waits until that one has
+/// logged its record: the later write is the one that stays (without the wait, it would
+/// log first and the older planned write would win).
+#[test]
+fn a_write_over_a_planned_write_waits_for_it() {
+    let dev = formatted_lsl(256, 40, 4, 64);
+    let e = Arc::new(lopen(dev.clone()));
+    // A first write opens a user frontier (a plan needs room at one).
+    lwrite(&e, 100, 1, 1, false);
+    let mut old = vec![0u8; 2 * BS];
+    pattern(2, 10, &mut old);
+    let mut plan = e.plan_write(10 * BS as u64, &old).expect("a plan");
+    plan.write_for_test(&old).unwrap();
+    let later = {
+        let e = e.clone();
+        std::thread::spawn(move || lwrite(&e, 11, 1, 3, false))
+    };
+    // Until the later write either finished (it did not wait) or is seen waiting.
+    while !later.is_finished() && e.stats().planned_write_waits == 0 {
+        std::thread::yield_now();
+    }
+    let seq = plan.complete(&old).unwrap();
+    e.sync(seq).unwrap();
+    later.join().unwrap();
+    let mut m = LModel::new(&e);
+    m.ids[100] = 1;
+    m.ids[10] = 2;
+    m.ids[11] = 3;
+    m.verify(&e);
+    assert_eq!(e.stats().planned_write_waits, 1);
+    drop(e);
+    m.verify(&lopen(dev));
+}
+
+/// A plan dropped without its data written (the caller's device write failed, or another
+/// piece of its request got no plan) records nothing, and the next plan takes the same
+/// place: the frontier's write pointer stays where the device's is.
+#[test]
+fn a_dropped_plan_records_nothing_and_gives_its_place_back() {
+    let dev = formatted_lsl(256, 40, 4, 64);
+    let e = Arc::new(lopen(dev.clone()));
+    lwrite(&e, 20, 2, 1, false);
+    let mut buf = vec![0u8; 2 * BS];
+    pattern(2, 20, &mut buf);
+    let plan = e.plan_write(20 * BS as u64, &buf).expect("a plan");
+    let at = plan.device_offset();
+    drop(plan);
+    let mut m = LModel::new(&e);
+    m.ids[20] = 1;
+    m.ids[21] = 1;
+    m.verify(&e);
+    assert!(planned_write(&e, 20, 2, 2));
+    m.ids[20] = 2;
+    m.ids[21] = 2;
+    m.verify(&e);
+    let s = e.stats();
+    assert_eq!(s.planned_writes, 1, "{s:?}");
+    e.debug_check().unwrap();
+    // The second plan was placed where the first was.
+    let again = e.plan_write(30 * BS as u64, &buf).expect("a plan");
+    assert_eq!(again.device_offset(), at + 2 * BS as u64);
+    drop(again);
+    drop(e);
+    m.verify(&lopen(dev));
+}
