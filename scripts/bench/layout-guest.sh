@@ -11,7 +11,9 @@
 #   scripts/vm-test.sh scripts/bench/layout-guest.sh
 #   (ZONEDD_VM_LAYOUT_SECS=N for the random-write job, default 60; ZONEDD_VM_LAYOUT_ROUNDS,
 #   default 1; ZONEDD_VM_LAYOUT_LIST, default "log dm-zoned": the volumes of each round, where
-#   log:N is the log layout with N user frontiers, `format --user-frontiers N`)
+#   log:N is the log layout with N user frontiers, `format --user-frontiers N`, and a
+#   trailing /pool serves the volume with ZONEDD_HOP_FREE_WRITES=0: every write through the
+#   pool, the baseline of the hop-free writes)
 # vm-timeout: 2400
 # vm-memory: 4G
 set -euo pipefail
@@ -35,11 +37,13 @@ print("%.0f IOPS, %.1f MB/s, p50 %.0f us, p99 %.0f us, max %.0f us" % (d["iops"]
       c["percentile"]["50.000000"] / 1e3, c["percentile"]["99.000000"] / 1e3, c["max"] / 1e3))' "$1" "$2"
 }
 
-run() { # run NAME LAYOUT[:USER_FRONTIERS]
-    local name=$1 layout=${2%%:*} res bdev id f how=()
-    [ "$layout" = "$2" ] || how=(--user-frontiers "${2#*:}")
+run() { # run NAME LAYOUT[:USER_FRONTIERS][/pool]
+    local name=$1 v=${2%/pool} layout res bdev id f how=() env=()
+    layout=${v%%:*}
+    [ "$layout" = "$v" ] || how=(--user-frontiers "${v#*:}")
+    [ "$v" = "$2" ] || env=(ZONEDD_HOP_FREE_WRITES=0)
     "$Z" format --backend "$nb" --force --layout "$layout" "${how[@]}" >/dev/null
-    res=$("$Z" create --backend "$nb" --queues 2 --depth 64)
+    res=$(env "${env[@]}" "$Z" create --backend "$nb" --queues 2 --depth 64)
     bdev=$(sed -n 1p <<<"$res")
     id=$(sed -n 's/^id //p' <<<"$res")
     fio --name=fill --filename="$bdev" --direct=1 --rw=write --bs=1M --iodepth=8 \
@@ -60,10 +64,13 @@ run() { # run NAME LAYOUT[:USER_FRONTIERS]
     echo "layout: $name seqread 1M: $(line "$f" read)"
     "$Z" status "$id" --json >"$out/$name-status.json"
     python3 -c 'import json,sys
-e = json.load(open(sys.argv[1]))["engine"]
+d = json.load(open(sys.argv[1]))
+e = d["engine"]
+e["hop_free_writes"] = d["frontend"]["hop_free_writes"]
+e["writes"] = d["frontend"]["writes"]
 keys = ["write_amplification", "gc_blocks_copied", "gc_zones_freed", "gc_paced_batches",
         "gc_forced_victims", "reclaim_blocks_copied", "reclaim_zones", "log_blocks_written",
-        "index_resident_bytes"]
+        "index_resident_bytes", "hop_free_writes", "writes"]
 print("layout: %s: " % sys.argv[2] + ", ".join("%s %s" % (k, e[k]) for k in keys if k in e))' \
         "$out/$name-status.json" "$name"
     "$Z" delete "$id" >/dev/null
@@ -71,7 +78,8 @@ print("layout: %s: " % sys.argv[2] + ", ".join("%s %s" % (k, e[k]) for k in keys
 
 for ((round = 1; round <= rounds; round++)); do
     for v in $list; do
-        run "${v/:/}-$round" "$v"
+        n=${v/:/}
+        run "${n/\//-}-$round" "$v"
     done
 done
 # The raw device: 4 KiB writes at QD16 into its sequential zones (the issue's baseline).
