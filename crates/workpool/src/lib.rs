@@ -166,6 +166,33 @@ impl Pool {
         self.inner.works.has(key)
     }
 
+    /// Take `key` as if a job of it were running, when it has no work: true. Jobs queued on
+    /// it meanwhile wait for [`Pool::release`], which must follow. For a caller that does
+    /// a key's work outside the pool and must not be overtaken by jobs queued after it
+    /// started (the frontend's hop-free writes).
+    pub fn hold(&self, key: u64) -> bool {
+        self.inner.works.hold(key)
+    }
+
+    /// End [`Pool::hold`] of `key`: `first`, if given, runs before the jobs queued meanwhile.
+    pub fn release(&self, key: u64, first: Option<Box<dyn FnOnce() + Send + 'static>>) {
+        let inner = &self.inner;
+        let gi = inner.pick_group();
+        if first.is_some() {
+            inner.groups[gi]
+                .counters
+                .jobs_queued
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        if inner.works.release(key, first) {
+            inner.groups[gi]
+                .counters
+                .works_queued
+                .fetch_add(1, Ordering::Relaxed);
+            group::schedule(inner, gi, key);
+        }
+    }
+
     /// A snapshot of the counters.
     pub fn stats(&self) -> PoolStats {
         let inner = &self.inner;

@@ -24,6 +24,9 @@ enum State {
     Running,
     /// A worker executes it and new jobs arrived: the worker requeues it when done.
     RunningRequeue,
+    /// Held by a caller outside the pool ([`Works::hold`]): jobs queued meanwhile wait
+    /// until it releases the key ([`Works::release`]).
+    Held,
 }
 
 struct Work {
@@ -93,6 +96,7 @@ impl Works {
                 if work.state == State::Running {
                     work.state = State::RunningRequeue;
                 }
+                // Queued: rides along; Held: waits for the release to schedule it.
                 false
             }
             None => {
@@ -110,6 +114,52 @@ impl Works {
                 );
                 true
             }
+        }
+    }
+
+    /// Idle -> Held, when `key` has no work: true. The key is then the caller's, as if a
+    /// job of it were running, until [`Works::release`].
+    pub(crate) fn hold(&self, key: u64) -> bool {
+        let mut map = self.shard(key).lock();
+        if map.contains_key(&key) {
+            return false;
+        }
+        self.live.fetch_add(1, Ordering::SeqCst);
+        map.insert(
+            key,
+            Work {
+                state: State::Held,
+                jobs: VecDeque::new(),
+            },
+        );
+        true
+    }
+
+    /// Ends a [`Works::hold`], `first` (if any) to run before the jobs queued meanwhile.
+    /// Held -> retired (returns false) when nothing is left to run, or -> Queued (returns
+    /// true: the caller puts `key` on a run queue).
+    pub(crate) fn release(&self, key: u64, first: Option<Job>) -> bool {
+        let mut map = self.shard(key).lock();
+        let Some(work) = map.get_mut(&key) else {
+            debug_assert!(false, "release of {key}, which is not held");
+            return false;
+        };
+        debug_assert_eq!(
+            work.state,
+            State::Held,
+            "release of {key}, which is not held"
+        );
+        if let Some(job) = first {
+            work.jobs.push_front(job);
+        }
+        if work.jobs.is_empty() {
+            map.remove(&key);
+            drop(map);
+            self.retired();
+            false
+        } else {
+            work.state = State::Queued;
+            true
         }
     }
 
@@ -203,5 +253,33 @@ mod tests {
         assert!(!w.has(7), "retired");
         assert_eq!(w.live(), 0);
         assert!(w.append(7, Box::new(|| {})), "retired work starts over");
+    }
+
+    #[test]
+    fn a_held_key_keeps_its_jobs_until_released() {
+        let w = Works::new();
+        assert!(w.append(3, Box::new(|| {})));
+        assert!(!w.hold(3), "a key with work cannot be held");
+        assert!(w.hold(4), "an idle key can");
+        assert!(!w.hold(4), "nor held twice");
+        assert!(w.has(4) && w.live() == 2);
+        assert!(!w.append(4, Box::new(|| {})), "queued behind the hold");
+        let order = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let o = order.clone();
+        assert!(
+            w.release(4, Some(Box::new(move || o.lock().push("first")))),
+            "released with jobs: scheduled"
+        );
+        let jobs = w.begin(4);
+        assert_eq!(jobs.len(), 2);
+        for j in jobs {
+            j();
+        }
+        assert_eq!(*order.lock(), ["first"], "the release's job runs first");
+        assert!(!w.finish(4));
+        assert!(w.hold(4));
+        assert!(!w.release(4, None), "released empty: retired");
+        assert!(!w.has(4));
+        assert_eq!(w.live(), 1);
     }
 }
