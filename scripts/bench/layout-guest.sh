@@ -11,9 +11,9 @@
 #   scripts/vm-test.sh scripts/bench/layout-guest.sh
 #   (ZONEDD_VM_LAYOUT_SECS=N for the random-write job, default 60; ZONEDD_VM_LAYOUT_ROUNDS,
 #   default 1; ZONEDD_VM_LAYOUT_LIST, default "log dm-zoned": the volumes of each round, where
-#   log:N is the log layout with N user frontiers, `format --user-frontiers N`, and a
-#   trailing /pool serves the volume with ZONEDD_HOP_FREE_WRITES=0: every write through the
-#   pool, the baseline of the hop-free writes)
+#   log:N is the log layout with N user frontiers, `format --user-frontiers N`; a trailing
+#   /pool serves the volume with ZONEDD_HOP_FREE_WRITES=0, every write through the pool, and
+#   /ring with ZONEDD_HOP_FREE_WRITES=1, hop-free writes on (the log layout's default is off))
 # vm-timeout: 2400
 # vm-memory: 4G
 set -euo pipefail
@@ -37,11 +37,14 @@ print("%.0f IOPS, %.1f MB/s, p50 %.0f us, p99 %.0f us, max %.0f us" % (d["iops"]
       c["percentile"]["50.000000"] / 1e3, c["percentile"]["99.000000"] / 1e3, c["max"] / 1e3))' "$1" "$2"
 }
 
-run() { # run NAME LAYOUT[:USER_FRONTIERS][/pool]
-    local name=$1 v=${2%/pool} layout res bdev id f how=() env=()
+run() { # run NAME LAYOUT[:USER_FRONTIERS][/pool|/ring]
+    local name=$1 v=${2%/*} layout res bdev id f how=() env=()
     layout=${v%%:*}
     [ "$layout" = "$v" ] || how=(--user-frontiers "${v#*:}")
-    [ "$v" = "$2" ] || env=(ZONEDD_HOP_FREE_WRITES=0)
+    case $2 in
+    */pool) env=(ZONEDD_HOP_FREE_WRITES=0) ;;
+    */ring) env=(ZONEDD_HOP_FREE_WRITES=1) ;;
+    esac
     "$Z" format --backend "$nb" --force --layout "$layout" "${how[@]}" >/dev/null
     res=$(env "${env[@]}" "$Z" create --backend "$nb" --queues 2 --depth 64)
     bdev=$(sed -n 1p <<<"$res")
@@ -68,9 +71,10 @@ d = json.load(open(sys.argv[1]))
 e = d["engine"]
 e["hop_free_writes"] = d["frontend"]["hop_free_writes"]
 e["writes"] = d["frontend"]["writes"]
+e["hop_free_handoffs"] = d["frontend"].get("hop_free_handoffs", 0)
 keys = ["write_amplification", "gc_blocks_copied", "gc_zones_freed", "gc_paced_batches",
         "gc_forced_victims", "reclaim_blocks_copied", "reclaim_zones", "log_blocks_written",
-        "index_resident_bytes", "hop_free_writes", "writes"]
+        "index_resident_bytes", "hop_free_writes", "hop_free_handoffs", "writes"]
 print("layout: %s: " % sys.argv[2] + ", ".join("%s %s" % (k, e[k]) for k in keys if k in e))' \
         "$out/$name-status.json" "$name"
     "$Z" delete "$id" >/dev/null

@@ -262,6 +262,12 @@ impl Dispatch for PoolDispatch {
     fn has_work(&self, key: u64) -> bool {
         self.pool.has_work(key)
     }
+    fn hold(&self, key: u64) -> bool {
+        self.pool.hold(key)
+    }
+    fn release(&self, key: u64, first: Option<Job>) {
+        self.pool.release(key, first)
+    }
 }
 
 /// A pool batch's writes share their log write (docs/design.md, "Commit and crash ordering")
@@ -510,13 +516,21 @@ fn hop_free_reads() -> bool {
     )
 }
 
-/// Hop-free writes (docs/design.md, "Hop-free writes") are on unless the daemon's
-/// environment has `ZONEDD_HOP_FREE_WRITES=0`: every write then goes through the pool.
-fn hop_free_writes() -> bool {
-    env_switch(
-        "ZONEDD_HOP_FREE_WRITES",
-        "hop-free writes off: every write goes through the pool",
-    )
+/// Hop-free writes (docs/design.md, "Hop-free writes") are on for the v2 layout and off
+/// for the log layout, where they measured 0.86-0.92x the pool path's random-write IOPS
+/// (docs/PERFORMANCE.md, "Hop-free writes on the log layout"), unless the daemon's
+/// environment says otherwise: `ZONEDD_HOP_FREE_WRITES=0` sends every write through the
+/// pool, `=1` (anything else) makes them on either layout.
+fn hop_free_writes(layout: &str) -> bool {
+    let var = "ZONEDD_HOP_FREE_WRITES";
+    match std::env::var(var) {
+        Ok(v) if v == "0" => {
+            tracing::info!("hop-free writes off: every write goes through the pool ({var}=0)");
+            false
+        }
+        Ok(_) => true,
+        Err(_) => layout != super::log_target::LAYOUT,
+    }
 }
 
 /// Flushes on the queue threads' rings (docs/design.md, "Flushes on the ring") are off
@@ -670,7 +684,7 @@ fn daemon_body(
         }),
         stats: io_stats.clone(),
         hop_free_reads: hop_free_reads(),
-        hop_free_writes: hop_free_writes(),
+        hop_free_writes: hop_free_writes(opened.layout),
         ring_flushes: ring_flushes(),
     });
     let engine_stats = opened.stats;

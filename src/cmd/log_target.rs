@@ -114,6 +114,21 @@ impl frontend::WriteGuard for LogPlan {
             .map(frontend::SyncToken)
             .map_err(errno)
     }
+    /// Declined while a GC step or a checkpoint holds the engine's `wlock`: the frontend
+    /// completes it on the pool.
+    fn try_complete(
+        self: Box<Self>,
+        data: &[u8],
+    ) -> Result<Result<frontend::SyncToken, i32>, Box<dyn frontend::WriteGuard + Send>> {
+        match self.0.try_complete(data) {
+            Ok(r) => Ok(r.map(frontend::SyncToken).map_err(errno)),
+            Err(plan) => Err(Box::new(LogPlan(plan))),
+        }
+    }
+    /// `try_complete` declines when its record would make a checkpoint.
+    fn needs_log_writer(&self) -> bool {
+        false
+    }
 }
 
 /// The engine's log write as the frontend's: it holds the engine's log writer.
@@ -136,6 +151,9 @@ impl frontend::LogWriteGuard for LogBlocks {
     }
 }
 
+/// What `status` calls this layout.
+pub(super) const LAYOUT: &str = "log (zonedd)";
+
 /// Open the log-layout volume on `dev` for `create`.
 pub(super) fn open(backend: &str, dev: Arc<dyn zbd::ZonedDevice>) -> Result<Opened, String> {
     let geometry = super::create::geometry_json(dev.as_ref());
@@ -146,7 +164,7 @@ pub(super) fn open(backend: &str, dev: Arc<dyn zbd::ZonedDevice>) -> Result<Open
     let target: Arc<dyn BlockTarget> = typed.clone();
     Ok(Opened {
         target,
-        layout: "log (zonedd)",
+        layout: LAYOUT,
         stats: Box::new(move || -> Value {
             json!({
                 "geometry": geometry,

@@ -55,9 +55,9 @@ workload() { # workload DIR: a tree of files, then random overwrites inside them
 
 sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
 
-create() { # create -> "BDEV ID"
+create() { # create [ENV=VALUE...] -> "BDEV ID"
     local out
-    out=$("$Z" create --backend "$nb" --queues 2 --depth 64)
+    out=$(env "$@" "$Z" create --backend "$nb" --queues 2 --depth 64)
     echo "$(sed -n 1p <<<"$out") $(sed -n 's/^id //p' <<<"$out")"
 }
 
@@ -116,7 +116,9 @@ print("log layout: %d user blocks written, %d GC blocks copied, %d zones freed, 
 echo "ok: xfs on the log layout ($(wc -l <"$VM_SCRATCH/sums") files verified)"
 
 vm_step "delete, create again: the volume reopens with the files"
-read -r bdev id <<<"$(create)"
+# With hop-free writes, which the log layout leaves off by default (the first daemon served
+# xfs through the pool; this one serves the random writes and the kill -9 below on the rings).
+read -r bdev id <<<"$(create ZONEDD_HOP_FREE_WRITES=1)"
 mount "$bdev" "$mnt"
 sums "$mnt" | cmp - "$VM_SCRATCH/sums" || vm_fail "checksums differ after delete + create"
 umount "$mnt"
@@ -131,10 +133,11 @@ fio --name=lsl --filename="$bdev" --ioengine=libaio --direct=1 --rw=randwrite --
 }
 # The log layout's hop-free writes (docs/design.md, "Planned writes"): null_blk takes the
 # frontiers' writes through the queue rings, so most of fio's must have gone that way.
-read -r hfw writes planned <<<"$("$Z" status "$id" --json | python3 -c 'import json,sys
+read -r hfw writes planned handoffs <<<"$("$Z" status "$id" --json | python3 -c 'import json,sys
 d = json.load(sys.stdin)
-print(d["frontend"]["hop_free_writes"], d["frontend"]["writes"], d["engine"]["planned_writes"])')"
-echo "hop-free writes: $hfw of $writes (the engine counts $planned planned)"
+f = d["frontend"]
+print(f["hop_free_writes"], f["writes"], d["engine"]["planned_writes"], f["hop_free_handoffs"])')"
+echo "hop-free writes: $hfw of $writes (the engine counts $planned planned; $handoffs completed on the pool)"
 [ "$hfw" -gt 0 ] && [ "$hfw" = "$planned" ] ||
     vm_fail "hop-free writes on the log layout: $hfw, the engine's planned writes: $planned"
 kill -9 "$(field "$id" pid)"

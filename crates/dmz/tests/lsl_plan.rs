@@ -16,7 +16,8 @@ use rand::{Rng, SeedableRng};
 
 /// A planned write of `pattern(id, start)` to blocks `start..start + n`, made as a queue
 /// thread makes it (data through the device, record, log written by the caller or the
-/// blocking sync); false when the engine gave no plan.
+/// blocking sync; the record and any GC owed by a pool job when `try_complete` declines);
+/// false when the engine gave no plan.
 fn planned_write(e: &Arc<LogEngine>, start: u64, n: u64, id: u64) -> bool {
     let mut buf = vec![0u8; n as usize * BS];
     pattern(id, start, &mut buf);
@@ -24,7 +25,11 @@ fn planned_write(e: &Arc<LogEngine>, start: u64, n: u64, id: u64) -> bool {
         return false;
     };
     plan.write_for_test(&buf).unwrap();
-    let seq = plan.complete(&buf).unwrap();
+    // As a queue thread: `try_complete`, and `complete` (its pool job) when declined.
+    let seq = match plan.try_complete(&buf) {
+        Ok(r) => r.unwrap(),
+        Err(plan) => plan.complete(&buf).unwrap(),
+    };
     match e.plan_sync(seq).unwrap() {
         LogSyncPlan::Done => {}
         LogSyncPlan::Busy => e.sync(seq).unwrap(),

@@ -36,20 +36,6 @@ fn opts() -> LogOptions {
     }
 }
 
-/// [`opts`] for a workload; with planned writes GC starts only when a frontier needs a
-/// zone (`gc_start_zones` = `gc_low_zones`): a plan is had only while no GC is due, which
-/// on this small volume is otherwise almost never.
-fn opts_for(planned: bool) -> LogOptions {
-    let o = opts();
-    match planned {
-        true => LogOptions {
-            gc_start_zones: o.gc_low_zones,
-            ..o
-        },
-        false => o,
-    }
-}
-
 /// 20 zones of 64 KiB (15 data blocks + 1 summary block), 4 conventional; a 32-block log
 /// ring (16 per generation).
 fn template() -> Arc<MemDevice> {
@@ -122,7 +108,7 @@ const GROUP: usize = 3;
 /// Run ops until one fails: (ops completed, end of the ops in flight when it failed). With
 /// `planned`, runs of plain writes go as planned writes (`LogEngine::plan_write`), up to
 /// [`GROUP`] in flight, as queue threads make them: each planned, every data write done,
-/// then each completed and synced (through `plan_sync` for even ops, the blocking `sync`
+/// then each completed (`try_complete`, else `complete`) and synced (through `plan_sync` for even ops, the blocking `sync`
 /// for odd ones). A write that gets no plan goes through the engine after the group.
 fn run(e: &Arc<LogEngine>, ops: &[Op], planned: bool) -> (usize, usize) {
     let mut i = 0;
@@ -184,7 +170,12 @@ fn run_group(e: &Arc<LogEngine>, ops: &[Op], i: usize) -> Result<usize, (usize, 
         plan.write_for_test(data).map_err(|_| (i, end))?;
     }
     for (j, plan, data) in group {
-        let seq = plan.complete(&data).map_err(|_| (j, end))?;
+        // As a queue thread does: `try_complete`, and `complete` (a pool job) when declined.
+        let seq = match plan.try_complete(&data) {
+            Ok(r) => r,
+            Err(plan) => plan.complete(&data),
+        };
+        let seq = seq.map_err(|_| (j, end))?;
         let synced = match j % 2 {
             0 => match e.plan_sync(seq) {
                 Ok(LogSyncPlan::Done) => Ok(()),
@@ -250,7 +241,7 @@ fn verify(dev: MemDevice, ops: &[Op], done: (usize, usize), what: &str) {
 /// and check.
 fn cut_and_verify(template: &MemDevice, ops: &[Op], seed: u64, k: u64, pat: u64) {
     let rng_seed = seed * 1_000_003 + k * 7 + pat;
-    let (dev, done) = cut_during(template, k, pat, rng_seed, opts_for(planned(seed)), |e| {
+    let (dev, done) = cut_during(template, k, pat, rng_seed, opts(), |e| {
         run(e, ops, planned(seed))
     });
     verify(
@@ -290,7 +281,7 @@ fn power_cut_at_every_write() {
     for seed in first..first + seeds {
         // Dry run: how many device writes the workload makes, and that it runs GC.
         let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
-        let e = Arc::new(LogEngine::open(dev.clone(), opts_for(planned(seed))).unwrap());
+        let e = Arc::new(LogEngine::open(dev.clone(), opts()).unwrap());
         let blocks = e.capacity() / BS as u64;
         let ops = workload(seed, nops, blocks);
         assert_eq!(run(&e, &ops, planned(seed)), (ops.len(), ops.len()));
@@ -338,12 +329,12 @@ fn power_cut_during_recovery() {
     let start = std::time::Instant::now();
     for seed in 0..seeds {
         let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
-        let e = Arc::new(LogEngine::open(dev.clone(), opts_for(planned(seed))).unwrap());
+        let e = Arc::new(LogEngine::open(dev.clone(), opts()).unwrap());
         let ops = workload(seed, 70, e.capacity() / BS as u64);
         assert_eq!(run(&e, &ops, planned(seed)), (ops.len(), ops.len()));
         drop(e);
         for k in (0..=dev.write_count()).step_by(11) {
-            let o = opts_for(planned(seed));
+            let o = opts();
             let (first, done) = cut_during(&template, k, 2, seed * 31 + k, o, |e| {
                 run(e, &ops, planned(seed))
             });

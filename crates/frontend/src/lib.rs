@@ -42,8 +42,8 @@ pub use raw_file::RawFileTarget;
 /// itself, concurrently with the pool's calls for the same chunk (a read in flight with a
 /// write of the same blocks may see either data, as on any disk). Planned writes
 /// ([`BlockTarget::plan_write`]) too, but only for a chunk with no work queued or running
-/// on the pool ([`Dispatch::has_work`]), so they never overtake an earlier request of their
-/// chunk.
+/// on the pool, which the write holds there until it is done ([`Dispatch::hold`]), so they
+/// never overtake an earlier request of their chunk, nor are overtaken by a later one.
 pub trait BlockTarget: Send + Sync {
     fn capacity(&self) -> u64;
     /// Requests never cross a multiple of this (the frontend splits them).
@@ -211,6 +211,24 @@ pub trait WriteGuard {
     /// `data` (the whole piece) is on the device at the plan's offset: record it. The write
     /// may be acknowledged once [`BlockTarget::sync`] of the token succeeded.
     fn complete(self: Box<Self>, data: &[u8]) -> Result<SyncToken, i32>;
+
+    /// [`WriteGuard::complete`] when it needs no lock that another thread may hold across
+    /// device I/O; otherwise the guard back, as one the pool may complete (the frontend
+    /// then does, so that the queue thread never waits for that lock). Default: complete
+    /// here.
+    fn try_complete(
+        self: Box<Self>,
+        data: &[u8],
+    ) -> Result<Result<SyncToken, i32>, Box<dyn WriteGuard + Send>> {
+        Ok(self.complete(data))
+    }
+
+    /// Whether [`WriteGuard::try_complete`] may need the target's log writer (a record
+    /// that commits the log when its half is full): the queue thread then calls it behind
+    /// its log gate, never while its own log write is in flight. Default: true.
+    fn needs_log_writer(&self) -> bool {
+        true
+    }
 }
 
 /// One unit of work handed to the worker pool.
@@ -232,6 +250,21 @@ pub trait Dispatch: Send + Sync {
     fn has_work(&self, key: u64) -> bool {
         let _ = key;
         false
+    }
+
+    /// Take `key` as if a job of it were running, when it has no work: true. Jobs queued
+    /// on it meanwhile wait for [`Dispatch::release`], which must follow. Default: true
+    /// when it has no work (and nothing is held back).
+    fn hold(&self, key: u64) -> bool {
+        !self.has_work(key)
+    }
+
+    /// End [`Dispatch::hold`] of `key`; `first`, if given, runs as the key's next job,
+    /// before those queued meanwhile. Default: `first` is queued.
+    fn release(&self, key: u64, first: Option<Job>) {
+        if let Some(job) = first {
+            self.queue(key, job)
+        }
     }
 }
 

@@ -31,9 +31,10 @@
 //! to the pool as before, and so does a ring read that fails or comes up short (the pool's
 //! read reports the error). `QueueShared::hop_free_reads` switches it off.
 //!
-//! Writes go the same way when nothing must wait ([`write_hop_free`]): no job of their
-//! chunk is queued or running on the pool ([`Dispatch::has_work`]: a planned write never
-//! overtakes an earlier request of its chunk), and the target plans every piece at once
+//! Writes go the same way when nothing must wait ([`write_hop_free`]): their chunks have no
+//! job queued or running on the pool and are held there for the write ([`Dispatch::hold`]:
+//! a planned write never overtakes an earlier request of its chunk, and a later one waits
+//! on the pool, not on a worker, until the write is done), and the target plans every piece at once
 //! ([`BlockTarget::plan_write`]: an overwrite in place that needs no zone, no log write
 //! ahead of its data and no flush). The data is written on the ring from the tag's buffer
 //! to the target's fd, each plan is completed (its record appended), and the log is
@@ -41,7 +42,11 @@
 //! whose writes completed in the same ring wait append theirs first and share the log
 //! write (group commit across the tags of a queue, and with the pool's writes through the
 //! engine's own group commit). A write that needs anything else, or whose ring write
-//! fails, goes to the pool. `QueueShared::hop_free_writes` switches it off.
+//! fails, goes to the pool. A planned write whose record or log write would wait for a
+//! lock another thread holds across device I/O (the target's log writer, or what
+//! [`crate::WriteGuard::try_complete`] declines) has its data written on the ring all the
+//! same and the rest done by a pool job, released as its chunk's next job ([`Held`]): the
+//! queue thread never blocks on it. `QueueShared::hop_free_writes` switches it off.
 
 use crate::completion::{errno_or_eio, Kicker, TagCompletion};
 use crate::request::{decode, split, Request};
@@ -84,6 +89,9 @@ pub struct IoStats {
     pub hop_free_writes: AtomicU64,
     /// Hop-free writes whose device write failed or came up short, redone on the pool.
     pub hop_free_write_retries: AtomicU64,
+    /// Hop-free writes whose record or log write was handed to the pool: it would have
+    /// waited for a lock another thread held (their data was still written on the ring).
+    pub hop_free_handoffs: AtomicU64,
     /// Flushes whose log writes and device flushes went on the queue thread's own ring.
     pub ring_flushes: AtomicU64,
 }
@@ -106,6 +114,7 @@ pub struct IoStatsSnapshot {
     pub hop_free_retries: u64,
     pub hop_free_writes: u64,
     pub hop_free_write_retries: u64,
+    pub hop_free_handoffs: u64,
     pub ring_flushes: u64,
 }
 
@@ -129,6 +138,7 @@ impl IoStats {
             hop_free_retries: g(&self.hop_free_retries),
             hop_free_writes: g(&self.hop_free_writes),
             hop_free_write_retries: g(&self.hop_free_write_retries),
+            hop_free_handoffs: g(&self.hop_free_handoffs),
             ring_flushes: g(&self.ring_flushes),
         }
     }
@@ -414,7 +424,7 @@ pub async fn execute_with<R: RingIo>(
             },
             Some(ring),
         ) if shared.hop_free_writes => {
-            let h = write_hop_free(ring, offset, len, buf, shared).await;
+            let h = write_hop_free(ring, offset, len, buf, completion, shared).await;
             h.counted(&st.hop_free_writes, &st.hop_free_write_retries)
         }
         _ => None,
@@ -621,17 +631,25 @@ async fn read_hop_free<R: RingIo>(
 /// chunk with no work on the pool, written on `ring` from the tag's buffer (all in flight
 /// together), then recorded and synced here. The plans' guards keep their chunks for this
 /// write alone until they are completed; a failed ring write drops them uncompleted (the
-/// caller redoes the write on the pool, which reports the error).
+/// caller redoes the write on the pool, which reports the error). A record or log write
+/// that would wait for another thread (a lock held across device I/O elsewhere: a GC step,
+/// a checkpoint, another thread's log write) is handed to the pool ([`on_pool`]) instead,
+/// so that the queue thread never blocks on it.
 async fn write_hop_free<R: RingIo>(
     ring: &R,
     offset: u64,
     len: u64,
     buf: &Arc<IoBuf<u8>>,
+    completion: &Arc<TagCompletion>,
     shared: &QueueShared,
 ) -> HopFree {
+    let mut held = Held {
+        dispatch: &*shared.dispatch,
+        keys: Vec::new(),
+    };
     let mut plans: Vec<(std::ops::Range<usize>, WritePlan)> = Vec::new();
     for p in split(offset, len, shared.target.chunk_size()) {
-        if shared.dispatch.has_work(p.chunk) {
+        if !held.take(p.chunk) {
             return HopFree::NoPlan;
         }
         let start = p.buf_offset as usize;
@@ -647,11 +665,10 @@ async fn write_hop_free<R: RingIo>(
     // Records that go to the log ahead of their data (overwrites of blocks whose records
     // are not flushed): written first, after one yield so that the other tags of the same
     // ring wait plan theirs and share that log write.
-    if plans.iter().any(|(_, plan)| plan.sync_first.is_some()) {
+    let first: Vec<SyncToken> = plans.iter().filter_map(|(_, p)| p.sync_first).collect();
+    if !first.is_empty() {
         smol::future::yield_now().await;
-    }
-    for t in plans.iter().filter_map(|(_, plan)| plan.sync_first) {
-        if let Err(e) = sync_on_ring(ring, t, shared).await {
+        if let Err(e) = sync_tokens(ring, first, &mut held, shared, completion).await {
             return HopFree::Done(Err(e));
         }
     }
@@ -686,43 +703,147 @@ async fn write_hop_free<R: RingIo>(
         return HopFree::Failed;
     }
     let mut tokens = Vec::with_capacity(plans.len());
+    let mut later = Vec::new();
     {
-        // A record may commit the log when its half is full, which needs the log writer.
-        let _g = ring.log_gate().lock().await;
+        // A record may commit the log when its half is full, which needs the log writer:
+        // behind the gate, unless the target says it never does (the gate is held across
+        // this thread's log writes, and a plan keeps what it holds until completed).
+        let _g = match plans.iter().any(|(_, p)| p.guard.needs_log_writer()) {
+            true => Some(ring.log_gate().lock().await),
+            false => None,
+        };
         for (r, plan) in plans {
-            match plan.guard.complete(&buf.as_slice()[r]) {
-                Ok(t) => tokens.push(t),
-                Err(e) => return HopFree::Done(Err(e)),
+            match plan.guard.try_complete(&buf.as_slice()[r.clone()]) {
+                Ok(Ok(t)) => tokens.push(t),
+                Ok(Err(e)) => return HopFree::Done(Err(e)),
+                Err(guard) => later.push((r, guard)),
             }
         }
+    }
+    if !later.is_empty() {
+        // Recorded and synced on the pool, where waiting for the lock costs no other tag.
+        let b = buf.clone();
+        let done = held
+            .hand_off(shared, completion, move |t| {
+                for (r, guard) in later {
+                    tokens.push(guard.complete(&b.as_slice()[r])?);
+                }
+                tokens.into_iter().try_for_each(|tok| t.sync(tok))
+            })
+            .await;
+        return HopFree::Done(done);
     }
     // Let the other tags whose writes completed in the same ring wait append their records
     // first: the first sync below then writes them all, and theirs find it done.
     smol::future::yield_now().await;
-    for t in tokens {
-        if let Err(e) = sync_on_ring(ring, t, shared).await {
-            return HopFree::Done(Err(e));
+    HopFree::Done(sync_tokens(ring, tokens, &mut held, shared, completion).await)
+}
+
+/// The chunks a hop-free write holds on the pool ([`Dispatch::hold`]), from before it is
+/// planned until it is recorded and synced: a request of those chunks queued meanwhile
+/// waits on the pool until they are released, so that it never overtakes the write, nor
+/// waits for it on a worker while the write's own hand-off job is queued behind it.
+/// Released on drop (or by the hand-off job).
+struct Held<'a> {
+    dispatch: &'a dyn Dispatch,
+    keys: Vec<u64>,
+}
+
+impl Held<'_> {
+    /// Hold `key` too (already held by this write: nothing to do); false if it has work.
+    fn take(&mut self, key: u64) -> bool {
+        if self.keys.contains(&key) {
+            return true;
+        }
+        let ok = self.dispatch.hold(key);
+        if ok {
+            self.keys.push(key);
+        }
+        ok
+    }
+
+    /// Run `f` on the pool, as the next job of the first chunk held, and wait for it
+    /// without blocking the queue thread; the chunks stay held until it is done.
+    async fn hand_off(
+        &mut self,
+        shared: &QueueShared,
+        completion: &Arc<TagCompletion>,
+        f: impl FnOnce(&dyn BlockTarget) -> Result<(), i32> + Send + 'static,
+    ) -> Result<(), i32> {
+        shared
+            .stats
+            .hop_free_handoffs
+            .fetch_add(1, Ordering::Relaxed);
+        let mut keys = std::mem::take(&mut self.keys);
+        if keys.is_empty() {
+            return f(&*shared.target);
+        }
+        let first = keys.remove(0);
+        completion.arm(1);
+        let (t, c, d) = (
+            shared.target.clone(),
+            completion.clone(),
+            shared.dispatch.clone(),
+        );
+        let job: Job = Box::new(move || {
+            let result = f(&*t);
+            for k in keys {
+                d.release(k, None);
+            }
+            c.complete(result)
+        });
+        self.dispatch.release(first, Some(job));
+        completion.wait().await
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        for &k in &self.keys {
+            self.dispatch.release(k, None);
         }
     }
-    HopFree::Done(Ok(()))
+}
+
+/// Sync `tokens` on this thread's ring ([`sync_on_ring`]); from the first one whose log
+/// writer another thread holds, the rest is synced on the pool ([`Held::hand_off`]).
+async fn sync_tokens<R: RingIo>(
+    ring: &R,
+    tokens: Vec<SyncToken>,
+    held: &mut Held<'_>,
+    shared: &QueueShared,
+    completion: &Arc<TagCompletion>,
+) -> Result<(), i32> {
+    for (i, &t) in tokens.iter().enumerate() {
+        if !sync_on_ring(ring, t, shared).await? {
+            let rest = tokens[i..].to_vec();
+            return held
+                .hand_off(shared, completion, move |target| {
+                    rest.into_iter().try_for_each(|t| target.sync(t))
+                })
+                .await;
+        }
+    }
+    Ok(())
 }
 
 /// [`BlockTarget::sync`] with the log blocks written on `ring` when the target gives them
 /// ([`BlockTarget::plan_sync`]), so that the queue thread serves other tags while they are
-/// in flight; behind the thread's log gate, held until they are written. When another
-/// thread is writing the log, the blocking sync waits for it.
+/// in flight; behind the thread's log gate, held until they are written. False, with
+/// nothing done, when another thread is writing the log (the blocking sync would wait for
+/// it).
 async fn sync_on_ring<R: RingIo>(
     ring: &R,
     token: SyncToken,
     shared: &QueueShared,
-) -> Result<(), i32> {
+) -> Result<bool, i32> {
     let _g = ring.log_gate().lock().await;
     let log = match shared.target.plan_sync(token)? {
-        SyncPlan::Done => return Ok(()),
-        SyncPlan::Busy => return shared.target.sync(token),
+        SyncPlan::Done => return Ok(true),
+        SyncPlan::Busy => return Ok(false),
         SyncPlan::Write(log) => log,
     };
-    write_log(ring, log).await
+    write_log(ring, log).await.map(|()| true)
 }
 
 /// A flush on this thread, behind its log gate (never while this thread's own log write is
@@ -1367,6 +1488,10 @@ mod tests {
         /// Flushes are planned ([`BlockTarget::plan_flush`]): rounds of (log, device flush)
         /// each (2: with a proof round).
         flush_rounds: std::sync::atomic::AtomicU32,
+        /// Plans decline [`crate::WriteGuard::try_complete`] (a lock held elsewhere), and
+        /// [`BlockTarget::plan_sync`] answers `Busy` (another thread writes the log).
+        decline: Arc<std::sync::atomic::AtomicBool>,
+        log_busy: std::sync::atomic::AtomicBool,
     }
 
     /// [`WriteFile`]'s planned flush: `rounds` of a log write then a device flush.
@@ -1461,6 +1586,8 @@ mod tests {
                 logged: Arc::default(),
                 ahead: false.into(),
                 flush_rounds: 0.into(),
+                decline: Arc::default(),
+                log_busy: false.into(),
             }
         }
         fn log(&self) -> Vec<String> {
@@ -1480,8 +1607,22 @@ mod tests {
         log: Arc<Mutex<Vec<String>>>,
         appended: Arc<Mutex<Vec<u64>>>,
         ahead: bool,
+        decline: Arc<std::sync::atomic::AtomicBool>,
     }
     impl crate::WriteGuard for FileWriteGuard {
+        fn try_complete(
+            self: Box<Self>,
+            data: &[u8],
+        ) -> Result<Result<SyncToken, i32>, Box<dyn crate::WriteGuard + Send>> {
+            if self.decline.load(Ordering::Relaxed) {
+                self.log
+                    .lock()
+                    .unwrap()
+                    .push(format!("declined {}", self.offset));
+                return Err(self);
+            }
+            Ok(self.complete(data))
+        }
         fn complete(self: Box<Self>, data: &[u8]) -> Result<SyncToken, i32> {
             assert!(
                 WriteFile::at(&self.file, self.offset, data.len()) == data,
@@ -1558,6 +1699,7 @@ mod tests {
                     log: self.log.clone(),
                     appended: self.appended.clone(),
                     ahead,
+                    decline: self.decline.clone(),
                 }),
             })
         }
@@ -1577,6 +1719,9 @@ mod tests {
         fn plan_sync(&self, t: SyncToken) -> Result<SyncPlan, i32> {
             if t.0 == 0 || self.logged.lock().unwrap().contains(&(t.0 - 1)) {
                 return Ok(SyncPlan::Done);
+            }
+            if self.log_busy.load(Ordering::Relaxed) {
+                return Ok(SyncPlan::Busy);
             }
             let covered = std::mem::take(&mut *self.appended.lock().unwrap());
             Ok(SyncPlan::Write(Box::new(FileLog {
@@ -1911,5 +2056,161 @@ mod tests {
         );
         assert_eq!(WriteFile::at(&t.file, 5 * 4096, 4096), vec![8; 4096]);
         assert!(d.queued.lock().unwrap().is_empty());
+    }
+
+    /// What would block the queue thread goes to the pool, after the data was written on
+    /// the ring: a record the target declines to append now (`try_complete`: a lock held
+    /// elsewhere) is appended and synced by a job of the write's chunk; a log writer busy
+    /// on another thread (`plan_sync` answers `Busy`) makes the sync a job too. The write
+    /// still counts as hop-free, and as handed off.
+    #[test]
+    fn what_would_block_the_queue_thread_is_handed_to_the_pool() {
+        let (t, d, sh, ring) = write_setup(true);
+        let queued = |d: &BusyKeys| std::mem::take(&mut *d.queued.lock().unwrap());
+        // The record: declined on the queue thread, completed and synced on the pool.
+        t.decline.store(true, Ordering::Relaxed);
+        t.log_busy.store(true, Ordering::Relaxed);
+        write_via(&sh, &ring, 2 * FT_CHUNK + 4096, 4096, 9, false);
+        assert_eq!(queued(&d), [2], "one job, of the write's chunk");
+        assert_eq!(
+            t.log(),
+            [
+                format!("declined {}", 2 * FT_CHUNK + 4096),
+                format!("complete {}", 2 * FT_CHUNK + 4096),
+                format!("sync {}", 2 * FT_CHUNK + 4096),
+            ]
+        );
+        assert_eq!(
+            WriteFile::at(&t.file, 2 * FT_CHUNK + 4096, 4096),
+            vec![9; 4096]
+        );
+        // The sync alone: completed here, the busy log writer waited for on the pool.
+        t.decline.store(false, Ordering::Relaxed);
+        write_via(&sh, &ring, 4 * FT_CHUNK, 4096, 10, false);
+        assert_eq!(queued(&d), [4]);
+        assert_eq!(
+            t.log(),
+            [
+                format!("complete {}", 4 * FT_CHUNK),
+                format!("sync {}", 4 * FT_CHUNK),
+            ]
+        );
+        // Neither: all on this thread, the log written on the ring.
+        t.log_busy.store(false, Ordering::Relaxed);
+        write_via(&sh, &ring, 6 * FT_CHUNK, 4096, 11, false);
+        assert!(queued(&d).is_empty());
+        let s = sh.stats.snapshot();
+        assert_eq!(
+            (s.writes, s.hop_free_writes, s.hop_free_handoffs),
+            (3, 3, 2)
+        );
+        assert_eq!(WriteFile::at(&t.file, 6 * FT_CHUNK, 4096), vec![11; 4096]);
+    }
+
+    /// Holds keys like the pool: a job queued on a held key waits for its release, which
+    /// runs the release's job first. `intrude`: each hold is followed at once by a request
+    /// of the same key (a job that logs "later request"), as when another tag's write of
+    /// the chunk arrives while a hop-free write of it is in flight.
+    struct HoldKeys {
+        held: Mutex<Vec<u64>>,
+        pending: Mutex<Vec<(u64, Job)>>,
+        events: Arc<Mutex<Vec<String>>>,
+        intrude: bool,
+    }
+    impl Dispatch for HoldKeys {
+        fn queue(&self, key: u64, job: Job) {
+            if self.held.lock().unwrap().contains(&key) {
+                self.pending.lock().unwrap().push((key, job));
+            } else {
+                job()
+            }
+        }
+        fn hold(&self, key: u64) -> bool {
+            self.events.lock().unwrap().push(format!("hold {key}"));
+            self.held.lock().unwrap().push(key);
+            if self.intrude {
+                let ev = self.events.clone();
+                self.queue(
+                    key,
+                    Box::new(move || ev.lock().unwrap().push(format!("later request {key}"))),
+                );
+            }
+            true
+        }
+        fn release(&self, key: u64, first: Option<Job>) {
+            self.events.lock().unwrap().push(format!(
+                "release {key}{}",
+                if first.is_some() { " with a job" } else { "" }
+            ));
+            self.held.lock().unwrap().retain(|&k| k != key);
+            if let Some(job) = first {
+                job();
+            }
+            let mine: Vec<Job> = {
+                let mut p = self.pending.lock().unwrap();
+                let (mine, rest) = std::mem::take(&mut *p)
+                    .into_iter()
+                    .partition(|(k, _)| *k == key);
+                *p = rest;
+                mine.into_iter().map(|(_, j)| j).collect()
+            };
+            for j in mine {
+                j();
+            }
+        }
+    }
+
+    /// A hop-free write holds its chunks on the pool from its plan to its sync: a request
+    /// of the chunk that arrives meanwhile runs after it, and after its hand-off job when
+    /// it has one (queued ahead of the request, never behind it: the request's job could
+    /// wait on a worker for the write's record). Every hold is released, on every path.
+    #[test]
+    fn a_hop_free_write_holds_its_chunks_until_it_is_synced() {
+        let (t, _d, mut sh, ring) = write_setup(true);
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let hk = Arc::new(HoldKeys {
+            held: Mutex::default(),
+            pending: Mutex::default(),
+            events: events.clone(),
+            intrude: true,
+        });
+        sh.dispatch = hk.clone();
+        let take = || std::mem::take(&mut *events.lock().unwrap());
+        // On the thread: held until synced on the ring.
+        write_via(&sh, &ring, 4 * FT_CHUNK, 4096, 1, false);
+        assert_eq!(take(), ["hold 4", "release 4", "later request 4"]);
+        assert_eq!(
+            t.log(),
+            [
+                format!("complete {}", 4 * FT_CHUNK),
+                format!("log [{}], before their data [false]", 4 * FT_CHUNK),
+            ]
+        );
+        // Declined across two chunks: the hand-off job first, the other chunk released by it.
+        t.decline.store(true, Ordering::Relaxed);
+        write_via(&sh, &ring, 3 * FT_CHUNK - 4096, 8192, 2, false);
+        assert_eq!(
+            take(),
+            [
+                "hold 2",
+                "hold 3",
+                "release 2 with a job",
+                "release 3",
+                "later request 3",
+                "later request 2",
+            ]
+        );
+        let log = t.log();
+        assert_eq!(log.len(), 6, "{log:?}");
+        assert!(log[2..]
+            .iter()
+            .all(|l| l.starts_with("complete") || l.starts_with("sync")));
+        // No plan: released at once, the write goes to the pool after the later request.
+        t.decline.store(false, Ordering::Relaxed);
+        t.plans.store(false, Ordering::Relaxed);
+        write_via(&sh, &ring, 6 * FT_CHUNK, 4096, 3, false);
+        assert_eq!(take(), ["hold 6", "release 6", "later request 6"]);
+        assert_eq!(t.log(), [format!("pool {}", 6 * FT_CHUNK)]);
+        assert!(hk.held.lock().unwrap().is_empty() && hk.pending.lock().unwrap().is_empty());
     }
 }

@@ -8,7 +8,7 @@ use crate::engine::ids::BLOCK;
 use crate::engine::meta::log::PAYLOAD;
 
 use super::layout::{conv_write, encode_dir, encode_sb, Checkpoint};
-use super::meta::Ctx;
+use super::meta::{Ctx, Meta};
 use super::record::LogRec;
 use super::{EngineError, LogEngine};
 
@@ -20,21 +20,30 @@ impl LogEngine {
         let len = rec.encoded_len();
         debug_assert!(len <= PAYLOAD);
         for _ in 0..2 {
-            {
-                let mut st = self.state.lock();
-                let full = st.log.used_pct() >= self.opts.checkpoint_pct;
-                if st.log.has_room(len) && !full {
-                    let seq = st.log.next_seq;
-                    let n = rec_blocks(&rec);
-                    st.apply(&rec, seq, Ctx::Live, &vec![true; n]);
-                    return Ok(st.log.append(std::slice::from_ref(&rec)));
-                }
+            if let Some(seq) = self.append_now(&mut self.state.lock(), &rec) {
+                return Ok(seq);
             }
             self.checkpoint()?;
         }
         Err(self.fail(EngineError::Meta(
             "metadata log: no room after a checkpoint".into(),
         )))
+    }
+
+    /// Whether `rec` can be appended without a checkpoint first: the log half has room
+    /// for it and is not `checkpoint_pct` full.
+    pub(super) fn can_append(&self, st: &Meta, rec: &LogRec) -> bool {
+        st.log.has_room(rec.encoded_len()) && st.log.used_pct() < self.opts.checkpoint_pct
+    }
+
+    /// Apply `rec` and append it if [`LogEngine::can_append`]: its sequence number.
+    pub(super) fn append_now(&self, st: &mut Meta, rec: &LogRec) -> Option<u64> {
+        if !self.can_append(st, rec) {
+            return None;
+        }
+        let seq = st.log.next_seq;
+        st.apply(rec, seq, Ctx::Live, &vec![true; rec_blocks(rec)]);
+        Some(st.log.append(std::slice::from_ref(rec)))
     }
 
     /// Write every record appended so far up to `upto` (all of them when `seal`, which also

@@ -3,12 +3,12 @@
 //! the GC frontier a batch at a time; once all are copied: flush, `Move` records for the
 //! copies still live, `ZoneFree`, log write, flush, and only then the victim's reset.
 //!
-//! Pacing: below `gc_start_zones` free zones (and when the best victim frees enough:
-//! at most `MAX_PACED_RATIO` valid blocks per invalid one), each user write of n blocks owes
-//! `n × valid / invalid` blocks of copying (the victim's ratio: GC then frees space as fast
-//! as users take it), paid in batches (`gc_batch_blocks`, 256), so a writer waits for at most a batch and
-//! a victim's finish, not a whole victim. A frontier that needs a zone below
-//! `gc_low_zones` runs GC to completion (`gc_one`).
+//! Pacing: below `gc_start_zones` free zones (and when the best victim frees enough: at most
+//! `MAX_PACED_RATIO` valid blocks per invalid one), each user write of n blocks owes `n × valid /
+//! invalid` blocks of copying (the victim's ratio: GC then frees space as fast as users take it),
+//! paid in batches (`gc_batch_blocks`, 256), so a writer waits for at most a batch and a victim's
+//! finish, not a whole victim. A frontier that needs a zone below `gc_low_zones` runs GC to
+//! completion (`gc_one`).
 
 use std::sync::atomic::Ordering;
 
@@ -62,14 +62,8 @@ impl LogEngine {
     /// `gc_start_zones` or a victim is in progress, add what the write owes GC and pay it in
     /// whole batches.
     pub(super) fn gc_paced(&self, n: u64) -> Result<(), EngineError> {
-        {
-            let st = self.state.lock();
-            if st.gc.is_none() && st.zones.nr_free() >= self.opts.gc_start_zones {
-                return Ok(());
-            }
-            if st.gc.is_none() && !self.worth_pacing(&st) {
-                return Ok(());
-            }
+        if !self.gc_owed(&self.state.lock()) {
+            return Ok(());
         }
         if self.state.lock().gc.is_none() {
             match self.gc_step(0) {
@@ -103,6 +97,13 @@ impl LogEngine {
             }
         }
         Ok(())
+    }
+
+    /// Whether a user write now owes GC copying (`gc_paced` then pays it): a victim is in
+    /// progress, or free zones are below `gc_start_zones` and the best victim is worth
+    /// starting paced.
+    pub(super) fn gc_owed(&self, st: &super::meta::Meta) -> bool {
+        st.gc.is_some() || (st.zones.nr_free() < self.opts.gc_start_zones && self.worth_pacing(st))
     }
 
     /// Whether the best victim frees enough to start it paced: a victim whose copy frees

@@ -13,15 +13,17 @@
 //! - `io`: reads, writes, discards and frontier placement; `durable`: the log writer (group
 //!   commit), flush and checkpoint; `gc`: garbage collection; `open`: format, load, replay.
 //!
-//! Locks, in the order they are taken: a user frontier's turn (one write on that frontier
-//! at a time, from placing to logging), then `wlock` (one placer or logger at a time:
-//! placing and appending records of writes, discards, GC, checkpoints; not held across a
-//! user write's data I/O), then `log_write` (one log writer), then `state`; `reset`
-//! (read side held by a read from its index lookup to its device read, write side by a zone
-//! reset) is never taken with `state` held.
+//! Locks, in the order they are taken: `planned` (the blocks of planned writes in flight, `plan`),
+//! a user frontier's turn (one write on that frontier at a time, from placing to logging; a planned
+//! write's guard holds it from its plan to its completion), then `wlock` (one placer or logger at a
+//! time: placing and appending records of writes, discards, GC, checkpoints; not held across a user
+//! write's data I/O), then `log_write` (one log writer), then `state`; `reset` (read side held by a
+//! read from its index lookup to its device read, write side by a zone reset) is never taken with
+//! `state` held.
 //!
-//! Not in this slice: paging the index (every page is resident), stream and hot/cold
-//! user frontiers (user writes go to any free user frontier), GC on a worker thread and its pacing, extents in the directory.
+//! Not in this slice: paging the index (every page is resident), stream and hot/cold user frontiers
+//! (user writes go to any free user frontier), GC on a worker thread and its pacing, extents in the
+//! directory.
 
 pub mod check;
 mod durable;

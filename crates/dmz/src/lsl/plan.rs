@@ -4,14 +4,16 @@
 //! also made by the caller. What the frontend's hop-free write path asks of a target
 //! (`frontend::BlockTarget::plan_write`, `plan_sync`).
 //!
-//! A plan is had only when nothing must wait: a free turn whose frontier has room for the
-//! whole write (no seal, no zone to open), no GC due, no planned write in flight over the
-//! same blocks. Its guard holds the turn until the record is appended, as a write through
-//! the engine does (so the zone's writes reach the device in write-pointer order, and every
-//! block placed in it is logged before it can be sealed); and it keeps its blocks in
-//! `LogEngine::planned` until then, where a write or discard through the engine over any of
-//! them waits (`wait_planned`), so that the older write never logs last. Placing needs only
-//! the turn and `state`: no `wlock`, which a GC or a checkpoint may hold long.
+//! A plan is had only when nothing must wait: a free turn whose frontier has room for the whole
+//! write (no seal, no zone to open), no planned write in flight over the same blocks. Its
+//! completion appends the record and pays what the write owes GC; a caller that must not wait
+//! ([`LogWritePlan::try_complete`]) gets the plan back when that would take `wlock` from a GC step
+//! or a checkpoint, copy GC batches, or make a checkpoint. Its guard holds the turn until the
+//! record is appended, as a write through the engine does (so the zone's writes reach the device in
+//! write-pointer order, and every block placed in it is logged before it can be sealed); and it
+//! keeps its blocks in `LogEngine::planned` until then, where a write or discard through the engine
+//! over any of them waits (`wait_planned`), so that the older write never logs last. Placing needs
+//! only the turn and `state`: no `wlock`, which a GC or a checkpoint may hold long.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -83,10 +85,6 @@ impl LogEngine {
                 continue;
             };
             let mut st = self.state.lock();
-            if st.gc.is_some() || st.zones.nr_free() < self.opts.gc_start_zones {
-                // The write would owe GC copying (`gc_paced`): the engine's path pays it.
-                return None;
-            }
             let Some(f) = st.zones.frontier(Slot(s)) else {
                 continue;
             };
@@ -157,6 +155,12 @@ impl LogEngine {
     }
 }
 
+/// `try_complete`'s append found no room: unreachable, the room was checked under the same
+/// hold of `state`.
+fn no_room() -> EngineError {
+    EngineError::Meta("metadata log: no room for a planned write's record".into())
+}
+
 fn overlaps(a: (u32, u32), b: (u32, u32)) -> bool {
     a.0 < b.0 + b.1 && b.0 < a.0 + a.1
 }
@@ -168,27 +172,80 @@ impl LogWritePlan {
     }
 
     /// `data` (the whole write) is on the device at [`LogWritePlan::device_offset`], written
-    /// through the read source: record it. Returns the record's sequence number, for
+    /// through the read source: record it, then pay what the write owes GC (`gc_paced`, as
+    /// a write through the engine does). Returns the record's sequence number, for
     /// [`LogEngine::sync`] or [`LogEngine::plan_sync`]; the write may be acknowledged once
-    /// that succeeded.
-    pub fn complete(mut self, data: &[u8]) -> Result<u64, EngineError> {
+    /// that succeeded. Waits for `wlock`, which a GC step or a checkpoint holds across
+    /// device I/O, and may copy GC batches itself: for a thread that may wait.
+    pub fn complete(self, data: &[u8]) -> Result<u64, EngineError> {
         let e = self.engine.clone();
+        let n = self.n as u64;
+        let rec = self.record(data);
+        let seq = self.complete_locked(rec, e.wlock.lock())?;
+        // The plan is dropped: its turn is free again while GC is paid, as in `write`.
+        let _w = e.wlock.lock();
+        e.gc_paced(n)?;
+        Ok(seq)
+    }
+
+    /// [`LogWritePlan::complete`] when it waits for nothing: `wlock` free, no GC owed (the
+    /// write would pay it), no checkpoint due (the record would make one, which needs the
+    /// log writer). Otherwise the plan back, still holding its turn and blocks, for a
+    /// thread that may wait. Never takes the log writer: the device learns of the data
+    /// and the record is appended under one hold of `state`, so nothing (a flush sealing
+    /// the log block) comes between the check and the append.
+    pub fn try_complete(self, data: &[u8]) -> Result<Result<u64, EngineError>, LogWritePlan> {
+        let e = self.engine.clone();
+        let rec = self.record(data);
+        let Some(_w) = e.wlock.try_lock() else {
+            return Err(self);
+        };
+        let mut st = e.state.lock();
+        if !e.can_append(&st, &rec) || e.gc_owed(&st) {
+            return Err(self);
+        }
+        let mut plan = self;
+        let r = plan.commit(|| e.append_now(&mut st, &rec).ok_or_else(no_room));
+        // The plan's drop takes `state` (to give its room back, if not done).
+        drop(st);
+        drop(plan);
+        Ok(r)
+    }
+
+    /// The `Append` record of this write, `data` being what was written.
+    fn record(&self, data: &[u8]) -> LogRec {
         debug_assert_eq!(data.len(), self.n as usize * BLOCK);
+        LogRec::Append {
+            lba: Lba(self.first),
+            zone: self.zone,
+            off: self.off,
+            crcs: data.chunks(BLOCK).map(crc32fast::hash).collect(),
+        }
+    }
+
+    fn complete_locked(
+        mut self,
+        rec: LogRec,
+        _w: parking_lot::MutexGuard<'_, ()>,
+    ) -> Result<u64, EngineError> {
+        let e = self.engine.clone();
+        self.commit(|| e.log_op(rec))
+    }
+
+    /// Tell the device of the data (unless written through it), then `append` the record;
+    /// counted, and the plan done, once it is appended. The caller holds `wlock`, and not
+    /// `state` when it drops the plan.
+    fn commit(
+        &mut self,
+        append: impl FnOnce() -> Result<u64, EngineError>,
+    ) -> Result<u64, EngineError> {
+        let e = &self.engine;
+        e.check_failed()?;
         if !self.through_device {
             let len = self.n as u64 * BLOCK as u64;
             e.dev(e.dev.source_written(self.device_offset(), len))?;
         }
-        let crcs = data.chunks(BLOCK).map(crc32fast::hash).collect();
-        let seq = {
-            let _w = e.wlock.lock();
-            e.check_failed()?;
-            e.log_op(LogRec::Append {
-                lba: Lba(self.first),
-                zone: self.zone,
-                off: self.off,
-                crcs,
-            })?
-        };
+        let seq = append()?;
         self.done = true;
         e.stats.writes.fetch_add(1, Ordering::Relaxed);
         e.stats.planned.fetch_add(1, Ordering::Relaxed);
@@ -283,5 +340,90 @@ impl Drop for LogWrite {
                 "a planned metadata log write was dropped unwritten".into(),
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use zbd::MemDevice;
+
+    use super::super::{format, FormatOptions, LogEngine, LogOptions};
+
+    /// `try_complete` gives the plan back, recording nothing, while `wlock` is held (a GC
+    /// step or a checkpoint); the plan still holds its place, and completes once it is free.
+    #[test]
+    fn try_complete_declines_while_wlock_is_held() {
+        let dev = Arc::new(MemDevice::with_zones(64 << 10, 20, 4).unwrap());
+        let opts = FormatOptions {
+            log_blocks: 32,
+            ..FormatOptions::default()
+        };
+        format(&*dev, &opts).unwrap();
+        let e = Arc::new(LogEngine::open(dev, LogOptions::default()).unwrap());
+        // A first write through the engine opens a frontier, which plans need.
+        e.write(0, &[1u8; 4096], false).unwrap();
+        let data = vec![0x5au8; 8192];
+        let mut plan = e.plan_write(3 * 4096, &data).expect("a plan");
+        plan.write_for_test(&data).unwrap();
+        let w = e.wlock.lock();
+        let plan = match plan.try_complete(&data) {
+            Err(plan) => plan,
+            Ok(_) => panic!("completed while wlock was held"),
+        };
+        assert_eq!(e.stats().planned_writes, 0, "nothing recorded");
+        drop(w);
+        let seq = match plan.try_complete(&data) {
+            Ok(r) => r.unwrap(),
+            Err(_) => panic!("declined with wlock free"),
+        };
+        e.sync(seq).unwrap();
+        let mut back = vec![0u8; 8192];
+        e.read(3 * 4096, &mut back).unwrap();
+        assert_eq!(back, data);
+        assert_eq!(e.stats().planned_writes, 1);
+        e.debug_check().unwrap();
+    }
+
+    /// `try_complete` declines when the record would make a checkpoint (which needs the
+    /// log writer: a queue thread's own log write may hold it); `complete` makes it.
+    #[test]
+    fn try_complete_declines_when_a_checkpoint_is_due() {
+        let dev = Arc::new(MemDevice::with_zones(64 << 10, 20, 4).unwrap());
+        let opts = FormatOptions {
+            log_blocks: 32,
+            ..FormatOptions::default()
+        };
+        format(&*dev, &opts).unwrap();
+        let lopts = LogOptions {
+            checkpoint_pct: 1,
+            ..LogOptions::default()
+        };
+        let e = Arc::new(LogEngine::open(dev.clone(), lopts).unwrap());
+        // A flush seals the log block: the half is 1/16 used, past `checkpoint_pct`.
+        e.write(0, &[1u8; 4096], false).unwrap();
+        e.flush().unwrap();
+        let before = e.stats().checkpoints;
+        let data = vec![0xc3u8; 4096];
+        let mut plan = e.plan_write(5 * 4096, &data).expect("a plan");
+        plan.write_for_test(&data).unwrap();
+        let plan = match plan.try_complete(&data) {
+            Err(plan) => plan,
+            Ok(_) => panic!("completed with a checkpoint due"),
+        };
+        assert_eq!(
+            e.stats().checkpoints,
+            before,
+            "no checkpoint on the caller's thread"
+        );
+        let seq = plan.complete(&data).unwrap();
+        e.sync(seq).unwrap();
+        assert!(e.stats().checkpoints > before);
+        drop(e);
+        let e = LogEngine::open(dev, LogOptions::default()).unwrap();
+        let mut back = vec![0u8; 4096];
+        e.read(5 * 4096, &mut back).unwrap();
+        assert_eq!(back, data);
     }
 }
