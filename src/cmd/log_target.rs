@@ -79,6 +79,11 @@ impl BlockTarget for LogTarget {
             guard: Box::new(LogPlan(plan)),
         })
     }
+    /// A declined plan is completed on the pool, and a write through the engine over its
+    /// blocks waits for it (`LogEngine::wait_planned`).
+    fn plans_hold_chunks(&self) -> bool {
+        true
+    }
     fn plan_sync(&self, token: frontend::SyncToken) -> Result<frontend::SyncPlan, i32> {
         let Some(src) = self.source() else {
             return Ok(frontend::SyncPlan::Busy);

@@ -216,7 +216,11 @@ fn unlogged_overwrite_cuts(direct_sequential: bool, planned: bool) -> (u64, u64,
     let release = !cfg!(debug_assertions);
     // A debug build runs one seed: one whose workload makes planned writes with and without
     // `direct_sequential` (seed 0's makes none with it).
-    let seeds = if release { 0..4 } else { DEBUG_SEED..DEBUG_SEED + 1 };
+    let seeds = if release {
+        0..4
+    } else {
+        DEBUG_SEED..DEBUG_SEED + 1
+    };
     let template = formatted_mem(256, 24, 8, 2);
     let mut opts = power_cut_opts();
     opts.direct_sequential = direct_sequential;

@@ -42,8 +42,9 @@ pub use raw_file::RawFileTarget;
 /// itself, concurrently with the pool's calls for the same chunk (a read in flight with a
 /// write of the same blocks may see either data, as on any disk). Planned writes
 /// ([`BlockTarget::plan_write`]) too, but only for a chunk with no work queued or running
-/// on the pool, which the write holds there until it is done ([`Dispatch::hold`]), so they
-/// never overtake an earlier request of their chunk, nor are overtaken by a later one.
+/// on the pool ([`Dispatch::has_work`]), so they never overtake an earlier request of their
+/// chunk (and with [`BlockTarget::plans_hold_chunks`], held there until done, so no later
+/// one starts before them).
 pub trait BlockTarget: Send + Sync {
     fn capacity(&self) -> u64;
     /// Requests never cross a multiple of this (the frontend splits them).
@@ -113,6 +114,16 @@ pub trait BlockTarget: Send + Sync {
     /// [`BlockTarget::flush`].
     fn plan_flush(&self) -> Option<Box<dyn FlushGuard>> {
         None
+    }
+
+    /// Whether a [`WritePlan`]'s guard may be completed on the pool
+    /// ([`WriteGuard::try_complete`] declines) while requests through the pool over the same
+    /// blocks wait for it on a worker: the frontend then holds a planned write's chunks on
+    /// the pool ([`Dispatch::hold`]) until it is synced, so that no such request starts
+    /// before the write's own hand-off job. Default: false (plans are completed on the queue
+    /// thread; the frontend only checks that their chunks have no work on the pool).
+    fn plans_hold_chunks(&self) -> bool {
+        false
     }
 
     /// True for a target none of whose calls ever waits for anything but a short memory

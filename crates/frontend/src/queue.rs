@@ -32,9 +32,9 @@
 //! read reports the error). `QueueShared::hop_free_reads` switches it off.
 //!
 //! Writes go the same way when nothing must wait ([`write_hop_free`]): their chunks have no
-//! job queued or running on the pool and are held there for the write ([`Dispatch::hold`]:
-//! a planned write never overtakes an earlier request of its chunk, and a later one waits
-//! on the pool, not on a worker, until the write is done), and the target plans every piece at once
+//! job queued or running on the pool ([`Dispatch::has_work`]: a planned write never
+//! overtakes an earlier request of its chunk; held there for the write when the target asks,
+//! [`BlockTarget::plans_hold_chunks`], see [`Held`]), and the target plans every piece at once
 //! ([`BlockTarget::plan_write`]: an overwrite in place that needs no zone, no log write
 //! ahead of its data and no flush). The data is written on the ring from the tag's buffer
 //! to the target's fd, each plan is completed (its record appended), and the log is
@@ -646,6 +646,7 @@ async fn write_hop_free<R: RingIo>(
     let mut held = Held {
         dispatch: &*shared.dispatch,
         keys: Vec::new(),
+        hold: shared.target.plans_hold_chunks(),
     };
     let mut plans: Vec<(std::ops::Range<usize>, WritePlan)> = Vec::new();
     for p in split(offset, len, shared.target.chunk_size()) {
@@ -739,23 +740,28 @@ async fn write_hop_free<R: RingIo>(
     HopFree::Done(sync_tokens(ring, tokens, &mut held, shared, completion).await)
 }
 
-/// The chunks a hop-free write holds on the pool ([`Dispatch::hold`]), from before it is
-/// planned until it is recorded and synced: a request of those chunks queued meanwhile
+/// The chunks of a hop-free write, which had no work on the pool when it was planned. With
+/// `hold` ([`BlockTarget::plans_hold_chunks`]) they are held there ([`Dispatch::hold`])
+/// until the write is recorded and synced: a request of those chunks queued meanwhile
 /// waits on the pool until they are released, so that it never overtakes the write, nor
 /// waits for it on a worker while the write's own hand-off job is queued behind it.
 /// Released on drop (or by the hand-off job).
 struct Held<'a> {
     dispatch: &'a dyn Dispatch,
     keys: Vec<u64>,
+    hold: bool,
 }
 
 impl Held<'_> {
-    /// Hold `key` too (already held by this write: nothing to do); false if it has work.
+    /// Take `key` too (already taken by this write: nothing to do); false if it has work.
     fn take(&mut self, key: u64) -> bool {
         if self.keys.contains(&key) {
             return true;
         }
-        let ok = self.dispatch.hold(key);
+        let ok = match self.hold {
+            true => self.dispatch.hold(key),
+            false => !self.dispatch.has_work(key),
+        };
         if ok {
             self.keys.push(key);
         }
@@ -785,21 +791,25 @@ impl Held<'_> {
             completion.clone(),
             shared.dispatch.clone(),
         );
+        let hold = std::mem::replace(&mut self.hold, false);
         let job: Job = Box::new(move || {
             let result = f(&*t);
-            for k in keys {
+            for k in keys.into_iter().filter(|_| hold) {
                 d.release(k, None);
             }
             c.complete(result)
         });
-        self.dispatch.release(first, Some(job));
+        match hold {
+            true => self.dispatch.release(first, Some(job)),
+            false => self.dispatch.queue(first, job),
+        }
         completion.wait().await
     }
 }
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        for &k in &self.keys {
+        for &k in self.keys.iter().filter(|_| self.hold) {
             self.dispatch.release(k, None);
         }
     }
@@ -1492,6 +1502,8 @@ mod tests {
         /// [`BlockTarget::plan_sync`] answers `Busy` (another thread writes the log).
         decline: Arc<std::sync::atomic::AtomicBool>,
         log_busy: std::sync::atomic::AtomicBool,
+        /// [`BlockTarget::plans_hold_chunks`].
+        hold_chunks: std::sync::atomic::AtomicBool,
     }
 
     /// [`WriteFile`]'s planned flush: `rounds` of a log write then a device flush.
@@ -1588,6 +1600,7 @@ mod tests {
                 flush_rounds: 0.into(),
                 decline: Arc::default(),
                 log_busy: false.into(),
+                hold_chunks: false.into(),
             }
         }
         fn log(&self) -> Vec<String> {
@@ -1702,6 +1715,9 @@ mod tests {
                     decline: self.decline.clone(),
                 }),
             })
+        }
+        fn plans_hold_chunks(&self) -> bool {
+            self.hold_chunks.load(Ordering::Relaxed)
         }
         fn plan_flush(&self) -> Option<Box<dyn crate::FlushGuard>> {
             let rounds = self.flush_rounds.load(Ordering::Relaxed);
@@ -2167,6 +2183,7 @@ mod tests {
     #[test]
     fn a_hop_free_write_holds_its_chunks_until_it_is_synced() {
         let (t, _d, mut sh, ring) = write_setup(true);
+        t.hold_chunks.store(true, Ordering::Relaxed);
         let events = Arc::new(Mutex::new(Vec::new()));
         let hk = Arc::new(HoldKeys {
             held: Mutex::default(),
@@ -2212,5 +2229,11 @@ mod tests {
         assert_eq!(take(), ["hold 6", "release 6", "later request 6"]);
         assert_eq!(t.log(), [format!("pool {}", 6 * FT_CHUNK)]);
         assert!(hk.held.lock().unwrap().is_empty() && hk.pending.lock().unwrap().is_empty());
+        // A target whose plans are completed on the queue thread: nothing held.
+        t.hold_chunks.store(false, Ordering::Relaxed);
+        t.plans.store(true, Ordering::Relaxed);
+        write_via(&sh, &ring, 8 * FT_CHUNK, 4096, 4, false);
+        assert!(take().is_empty());
+        assert_eq!(WriteFile::at(&t.file, 8 * FT_CHUNK, 4096), vec![4; 4096]);
     }
 }
