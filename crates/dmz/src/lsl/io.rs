@@ -244,24 +244,17 @@ impl LogEngine {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use zbd::{MemDevice, ZonedDevice};
+    use zbd::ZonedDevice;
 
     use super::super::record::Class;
-    use super::super::{format, EngineError, FormatOptions, LogEngine, LogOptions};
+    use super::super::{test_volume, EngineError, LogEngine, LogOptions};
 
     /// A zone that a GC freed in memory while the log sync that would make its `ZoneFree`
     /// durable failed (the engine then stops) is not reset by a writer that passed its
     /// failure check before: the metadata on the device still maps its blocks.
     #[test]
     fn a_failed_engine_resets_no_zone() {
-        let dev = Arc::new(MemDevice::with_zones(64 << 10, 20, 4).unwrap());
-        let opts = FormatOptions {
-            log_blocks: 32,
-            ..FormatOptions::default()
-        };
-        format(&*dev, &opts).unwrap();
+        let dev = test_volume();
         let e = LogEngine::open(dev.clone(), LogOptions::default()).unwrap();
         // The state such a GC leaves: the first free zone holds data and awaits its reset.
         let zone = e.state.lock().zones.first_free().unwrap();

@@ -288,3 +288,15 @@ impl LogEngine {
 }
 
 use crate::engine::ids::{BLOCK, IO_BATCH_BLOCKS};
+
+/// The unit tests' volume: 20 zones of 64 KiB, 4 conventional, a 32-block log ring.
+#[cfg(test)]
+pub(crate) fn test_volume() -> Arc<zbd::MemDevice> {
+    let dev = Arc::new(zbd::MemDevice::with_zones(64 << 10, 20, 4).unwrap());
+    let opts = FormatOptions {
+        log_blocks: 32,
+        ..FormatOptions::default()
+    };
+    format(&*dev, &opts).unwrap();
+    dev
+}

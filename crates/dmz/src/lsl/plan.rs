@@ -347,21 +347,13 @@ impl Drop for LogWrite {
 mod tests {
     use std::sync::Arc;
 
-    use zbd::MemDevice;
-
-    use super::super::{format, FormatOptions, LogEngine, LogOptions};
+    use super::super::{test_volume, LogEngine, LogOptions};
 
     /// `try_complete` gives the plan back, recording nothing, while `wlock` is held (a GC
     /// step or a checkpoint); the plan still holds its place, and completes once it is free.
     #[test]
     fn try_complete_declines_while_wlock_is_held() {
-        let dev = Arc::new(MemDevice::with_zones(64 << 10, 20, 4).unwrap());
-        let opts = FormatOptions {
-            log_blocks: 32,
-            ..FormatOptions::default()
-        };
-        format(&*dev, &opts).unwrap();
-        let e = Arc::new(LogEngine::open(dev, LogOptions::default()).unwrap());
+        let e = Arc::new(LogEngine::open(test_volume(), LogOptions::default()).unwrap());
         // A first write through the engine opens a frontier, which plans need.
         e.write(0, &[1u8; 4096], false).unwrap();
         let data = vec![0x5au8; 8192];
@@ -390,12 +382,7 @@ mod tests {
     /// log writer: a queue thread's own log write may hold it); `complete` makes it.
     #[test]
     fn try_complete_declines_when_a_checkpoint_is_due() {
-        let dev = Arc::new(MemDevice::with_zones(64 << 10, 20, 4).unwrap());
-        let opts = FormatOptions {
-            log_blocks: 32,
-            ..FormatOptions::default()
-        };
-        format(&*dev, &opts).unwrap();
+        let dev = test_volume();
         let lopts = LogOptions {
             checkpoint_pct: 1,
             ..LogOptions::default()
