@@ -13,7 +13,8 @@
 #   default 1; ZONEDD_VM_LAYOUT_LIST, default "log dm-zoned": the volumes of each round, where
 #   log:N is the log layout with N user frontiers, `format --user-frontiers N`; a trailing
 #   /pool serves the volume with ZONEDD_HOP_FREE_WRITES=0, every write through the pool, and
-#   /ring with ZONEDD_HOP_FREE_WRITES=1, hop-free writes on (the log layout's default is off))
+#   /ring with ZONEDD_HOP_FREE_WRITES=1, hop-free writes on (the log layout's default is off);
+#   ZONEDD_VM_LAYOUT_DEVICE=hdd puts them on the hdd timing model instead of null_blk)
 # vm-timeout: 2400
 # vm-memory: 4G
 set -euo pipefail
@@ -27,7 +28,21 @@ out=${OUT:-$VM_SCRATCH}
 mkdir -p "$out"
 zmb=${ZONEDD_VM_LAYOUT_ZONE_MB:-16}
 conv_mb=${ZONEDD_VM_LAYOUT_CONV_MB:-128}
-nb=$(make_nullb nullb0 1536 "$zmb" $((conv_mb / zmb)))
+# ZONEDD_VM_LAYOUT_DEVICE=hdd: an emulated SMR image served by `zonedd expose --timing hdd`
+# (docs/hdd-model.md) instead of the memory null_blk.
+device=${ZONEDD_VM_LAYOUT_DEVICE:-nullb}
+case $device in
+nullb) nb=$(make_nullb nullb0 1536 "$zmb" $((conv_mb / zmb))) ;;
+hdd)
+    img=$VM_SCRATCH/layout-hdd.img
+    "$Z" emulate "$img" --size 1536M --zone-size "${zmb}M" --conventional $((conv_mb / zmb)) >/dev/null
+    res=$("$Z" expose "$img" --timing hdd)
+    nb=$(sed -n 1p <<<"$res")
+    nb_id=$(sed -n 's/^id //p' <<<"$res")
+    ;;
+*) echo "ZONEDD_VM_LAYOUT_DEVICE: nullb or hdd, not $device" >&2; exit 2 ;;
+esac
+echo "layout: device $device ($nb)"
 
 line() { # line FIO-JSON RW: IOPS, MB/s, p50, p99, max (us)
     python3 -c 'import json,sys
@@ -62,8 +77,11 @@ run() { # run NAME LAYOUT[:USER_FRONTIERS][/pool|/ring]
         --eta=never --output-format=json --output="$f" >/dev/null
     echo "layout: $name randread QD16: $(line "$f" read)"
     f=$out/$name-seqread.json
+    # At most 30 s (the whole span on null_blk takes 4-5 s; on the hdd model randomly
+    # written data reads a seek at a time).
     fio --name="$name" --filename="$bdev" --direct=1 --rw=read --bs=1M --iodepth=8 \
-        --ioengine=libaio --size=1024M --eta=never --output-format=json --output="$f" >/dev/null
+        --ioengine=libaio --size=1024M --runtime=30 --eta=never --output-format=json \
+        --output="$f" >/dev/null
     echo "layout: $name seqread 1M: $(line "$f" read)"
     "$Z" status "$id" --json >"$out/$name-status.json"
     python3 -c 'import json,sys
@@ -92,5 +110,8 @@ fio --name=raw --filename="$nb" --direct=1 --rw=write --bs=4k --iodepth=16 --ioe
     --zonemode=zbd --offset=512M --size=1024M --runtime=20 --time_based --eta=never \
     --output-format=json --output="$out/raw-seqwrite4k.json" >/dev/null
 echo "layout: raw sequential-zone 4 KiB writes QD16: $(line "$out/raw-seqwrite4k.json" write)"
-remove_nullb "$nb"
+case $device in
+nullb) remove_nullb "$nb" ;;
+hdd) "$Z" delete "$nb_id" >/dev/null && rm -f "$img" ;;
+esac
 echo "layout: done"
