@@ -633,7 +633,7 @@ async fn read_hop_free<R: RingIo>(
 /// write alone until they are completed; a failed ring write drops them uncompleted (the
 /// caller redoes the write on the pool, which reports the error). A record or log write
 /// that would wait for another thread (a lock held across device I/O elsewhere: a GC step,
-/// a checkpoint, another thread's log write) is handed to the pool ([`on_pool`]) instead,
+/// a checkpoint, another thread's log write) is handed to the pool ([`Held::hand_off`]) instead,
 /// so that the queue thread never blocks on it.
 async fn write_hop_free<R: RingIo>(
     ring: &R,
@@ -791,11 +791,13 @@ impl Held<'_> {
             completion.clone(),
             shared.dispatch.clone(),
         );
-        let hold = std::mem::replace(&mut self.hold, false);
+        let hold = self.hold;
         let job: Job = Box::new(move || {
             let result = f(&*t);
-            for k in keys.into_iter().filter(|_| hold) {
-                d.release(k, None);
+            if hold {
+                for k in keys {
+                    d.release(k, None);
+                }
             }
             c.complete(result)
         });
@@ -809,8 +811,10 @@ impl Held<'_> {
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        for &k in self.keys.iter().filter(|_| self.hold) {
-            self.dispatch.release(k, None);
+        if self.hold {
+            for &k in &self.keys {
+                self.dispatch.release(k, None);
+            }
         }
     }
 }
@@ -2124,14 +2128,13 @@ mod tests {
     }
 
     /// Holds keys like the pool: a job queued on a held key waits for its release, which
-    /// runs the release's job first. `intrude`: each hold is followed at once by a request
-    /// of the same key (a job that logs "later request"), as when another tag's write of
-    /// the chunk arrives while a hop-free write of it is in flight.
+    /// runs the release's job first. Each hold is followed at once by a request of the same
+    /// key (a job that logs "later request"), as when another tag's write of the chunk
+    /// arrives while a hop-free write of it is in flight.
     struct HoldKeys {
         held: Mutex<Vec<u64>>,
         pending: Mutex<Vec<(u64, Job)>>,
         events: Arc<Mutex<Vec<String>>>,
-        intrude: bool,
     }
     impl Dispatch for HoldKeys {
         fn queue(&self, key: u64, job: Job) {
@@ -2144,13 +2147,11 @@ mod tests {
         fn hold(&self, key: u64) -> bool {
             self.events.lock().unwrap().push(format!("hold {key}"));
             self.held.lock().unwrap().push(key);
-            if self.intrude {
-                let ev = self.events.clone();
-                self.queue(
-                    key,
-                    Box::new(move || ev.lock().unwrap().push(format!("later request {key}"))),
-                );
-            }
+            let ev = self.events.clone();
+            self.queue(
+                key,
+                Box::new(move || ev.lock().unwrap().push(format!("later request {key}"))),
+            );
             true
         }
         fn release(&self, key: u64, first: Option<Job>) {
@@ -2189,7 +2190,6 @@ mod tests {
             held: Mutex::default(),
             pending: Mutex::default(),
             events: events.clone(),
-            intrude: true,
         });
         sh.dispatch = hk.clone();
         let take = || std::mem::take(&mut *events.lock().unwrap());

@@ -177,12 +177,17 @@ impl LogWritePlan {
     /// [`LogEngine::sync`] or [`LogEngine::plan_sync`]; the write may be acknowledged once
     /// that succeeded. Waits for `wlock`, which a GC step or a checkpoint holds across
     /// device I/O, and may copy GC batches itself: for a thread that may wait.
-    pub fn complete(self, data: &[u8]) -> Result<u64, EngineError> {
+    pub fn complete(mut self, data: &[u8]) -> Result<u64, EngineError> {
         let e = self.engine.clone();
         let n = self.n as u64;
         let rec = self.record(data);
-        let seq = self.complete_locked(rec, e.wlock.lock())?;
-        // The plan is dropped: its turn is free again while GC is paid, as in `write`.
+        let seq = {
+            let _w = e.wlock.lock();
+            self.commit(|| e.log_op(rec))
+        };
+        // Its turn is free again while GC is paid, as in `write`.
+        drop(self);
+        let seq = seq?;
         let _w = e.wlock.lock();
         e.gc_paced(n)?;
         Ok(seq)
@@ -221,15 +226,6 @@ impl LogWritePlan {
             off: self.off,
             crcs: data.chunks(BLOCK).map(crc32fast::hash).collect(),
         }
-    }
-
-    fn complete_locked(
-        mut self,
-        rec: LogRec,
-        _w: parking_lot::MutexGuard<'_, ()>,
-    ) -> Result<u64, EngineError> {
-        let e = self.engine.clone();
-        self.commit(|| e.log_op(rec))
     }
 
     /// Tell the device of the data (unless written through it), then `append` the record;
