@@ -381,18 +381,8 @@ impl BlockTarget for EngineTarget {
     }
     fn plan_read(&self, offset: u64, len: u64) -> Option<frontend::ReadPlan> {
         let plan = self.0.plan_read(offset, len)?;
-        let segments = plan
-            .segments()
-            .iter()
-            .map(|s| match *s {
-                dmz::engine::ReadSegment::Zeros { len } => frontend::ReadSegment::Zeros { len },
-                dmz::engine::ReadSegment::Device { offset, len } => {
-                    frontend::ReadSegment::Device { offset, len }
-                }
-            })
-            .collect();
         Some(frontend::ReadPlan {
-            segments,
+            segments: segments(plan.segments()),
             guard: Box::new(EnginePlan(plan)),
         })
     }
@@ -460,6 +450,18 @@ impl frontend::FlushGuard for EngineFlush {
         let result = result.map_err(std::io::Error::from_raw_os_error);
         self.plan.device_flushed(result).map_err(errno)
     }
+}
+
+/// A planned read's segments (either layout's) as the frontend's.
+pub(super) fn segments(s: &[dmz::engine::ReadSegment]) -> Vec<frontend::ReadSegment> {
+    s.iter()
+        .map(|s| match *s {
+            dmz::engine::ReadSegment::Zeros { len } => frontend::ReadSegment::Zeros { len },
+            dmz::engine::ReadSegment::Device { offset, len } => {
+                frontend::ReadSegment::Device { offset, len }
+            }
+        })
+        .collect()
 }
 
 /// The engine's plan as the frontend's guard: it holds the chunk's read lock.

@@ -1,9 +1,11 @@
 //! A log-layout volume (`dmz::lsl`, `zonedd format --layout log`) as the frontend's
 //! [`BlockTarget`]: requests through the pool, keyed by 4 MiB ranges of the logical space,
-//! except the writes the engine plans ([`dmz::lsl::LogEngine::plan_write`]), which the queue
-//! threads write and log on their own rings (hop-free writes), on devices that take
-//! sequential writes through their read source (real zoned block devices). Reads all go
-//! through the pool.
+//! except the reads and writes the engine plans. Planned reads
+//! ([`dmz::lsl::LogEngine::plan_read`]) are read by the queue threads on their own rings
+//! from any device with a read source (hop-free reads: every run of a request submitted at
+//! once, which a disk's queue may reorder); planned writes
+//! ([`dmz::lsl::LogEngine::plan_write`]) are written and logged there too, on devices that
+//! take sequential writes through their read source (real zoned block devices).
 
 use std::sync::Arc;
 
@@ -66,9 +68,16 @@ impl BlockTarget for LogTarget {
         self.0.sync(token.0).map_err(errno)
     }
     fn read_fd(&self) -> Option<std::os::fd::RawFd> {
-        // Registered as the queue rings' fixed file 1 for planned writes and log writes;
-        // `plan_read` stays the default (no plan), so reads take the pool.
-        self.source().map(|s| s.fd)
+        // Registered as the queue rings' fixed file 1: planned reads on any read source,
+        // planned writes and log writes only where `source` allows them.
+        self.0.read_source().map(|s| s.fd)
+    }
+    fn plan_read(&self, offset: u64, len: u64) -> Option<frontend::ReadPlan> {
+        let plan = self.0.plan_read(offset, len)?;
+        Some(frontend::ReadPlan {
+            segments: super::create::segments(plan.segments()),
+            guard: Box::new(LogRead(plan)),
+        })
     }
     fn plan_write(&self, offset: u64, data: &[u8]) -> Option<frontend::WritePlan> {
         let src = self.source()?;
@@ -106,6 +115,15 @@ impl LogTarget {
         self.0
             .read_source()
             .filter(|s| s.conv_writes && s.seq_writes)
+    }
+}
+
+/// The engine's read plan as the frontend's guard: it holds off zone resets.
+struct LogRead(dmz::lsl::LogReadPlan);
+
+impl frontend::PlanGuard for LogRead {
+    fn complete(self: Box<Self>) {
+        self.0.complete()
     }
 }
 

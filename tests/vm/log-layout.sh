@@ -3,7 +3,8 @@
 # log`, create, mkfs.xfs, a tree of files with random overwrites, sync, umount, remount,
 # every checksum matches, `xfs_repair -n` clean; delete and create again (the volume reopens
 # from its checkpoint) and the files still match; then 4 KiB random writes at QD16 (fio
-# verify data) survive kill -9 of the daemon and `zonedd recover`. `zonedd check` reads the
+# verify data) survive kill -9 of the daemon and `zonedd recover`, read back on the queue
+# rings (hop-free reads). `zonedd check` reads the
 # fresh volume clean, and dmzadm --check refuses it without writing. Not here: the kernel's
 # dm-zoned on the volume. 6.12's dm-zoned oopses (NULL dereference in dmz_ctr_metadata) on
 # any device whose first superblock lacks its magic when no secondary is found, a zeroed
@@ -150,6 +151,13 @@ fio --name=lsl --filename="$bdev" --ioengine=libaio --direct=1 --rw=randwrite --
     cat "$VM_SCRATCH/fio.verify"
     vm_fail "random writes lost after kill -9 + recover"
 }
+# The log layout's hop-free reads (docs/design.md, "Planned reads"): fio's verify reads went
+# through the queue rings, straight from null_blk.
+read -r hfr reads <<<"$("$Z" status "$id" --json | python3 -c 'import json,sys
+f = json.load(sys.stdin)["frontend"]
+print(f["hop_free_reads"], f["reads"])')"
+echo "hop-free reads: $hfr of $reads"
+[ "$hfr" -gt 0 ] || vm_fail "no hop-free read on the log layout ($reads reads)"
 mount "$bdev" "$mnt"
 sums "$mnt" | cmp - "$VM_SCRATCH/sums" || vm_fail "the files differ after kill -9 + recover"
 umount "$mnt"

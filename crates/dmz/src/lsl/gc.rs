@@ -46,6 +46,21 @@ enum Step {
 }
 
 impl LogEngine {
+    /// Test hook: empty a victim now (the one in progress, else the best), as a frontier
+    /// that ran out of free zones does; false when GC can free nothing.
+    #[doc(hidden)]
+    pub fn debug_gc_one(&self) -> Result<bool, EngineError> {
+        self.check_failed()?;
+        let _w = self.wlock.lock();
+        self.gc_one()
+    }
+
+    /// Test hook: whether a zone reset holds or waits for `reset` (then no read is planned).
+    #[doc(hidden)]
+    pub fn debug_reset_pending(&self) -> bool {
+        self.reset.is_locked_exclusive()
+    }
+
     /// Empty a victim (the one in progress, else the best): true, or false when no full
     /// zone has an invalid block (GC can free nothing). The caller holds `wlock`.
     pub(super) fn gc_one(&self) -> Result<bool, EngineError> {

@@ -10,6 +10,7 @@ use zbd::ZoneOp;
 use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 
 use super::layout::{encode_summary, Pba, ENTRIES};
+use super::meta::Meta;
 use super::record::{Class, LogRec};
 use super::zones::{Slot, ZoneState};
 use super::{EngineError, LogEngine};
@@ -22,28 +23,34 @@ impl LogEngine {
         self.stats.reads.fetch_add(1, Ordering::Relaxed);
         // Held until the device reads are done: GC does not reset a zone under them.
         let _r = self.reset.read();
-        let pbas: Vec<Option<Pba>> = {
-            let st = self.state.lock();
-            (0..n).map(|i| st.index.get(Lba(first + i))).collect()
-        };
-        let mut i = 0;
-        while i < pbas.len() {
-            let Some(p) = pbas[i] else {
-                buf[i * BLOCK..(i + 1) * BLOCK].fill(0);
-                i += 1;
-                continue;
-            };
-            let mut j = i + 1;
-            while j < pbas.len() && pbas[j] == Some(Pba(p.0 + (j - i) as u32)) {
-                j += 1;
+        let runs = self.runs(&self.state.lock(), first, n);
+        let mut at = 0;
+        for run in runs {
+            let d = &mut buf[at..at + run.blocks as usize * BLOCK];
+            match run.from {
+                None => d.fill(0),
+                Some(p) => self
+                    .dev
+                    .read_at(d, p.0 as u64 * BLOCK as u64)
+                    .map_err(EngineError::Device)?,
             }
-            let off = p.0 as u64 * BLOCK as u64;
-            self.dev
-                .read_at(&mut buf[i * BLOCK..j * BLOCK], off)
-                .map_err(EngineError::Device)?;
-            i = j;
+            at += d.len();
         }
         Ok(())
+    }
+
+    /// Blocks `first..first + n` as the index has them: runs of blocks never written (or
+    /// discarded), and runs contiguous on the device, in logical order.
+    pub(super) fn runs(&self, st: &Meta, first: u32, n: u32) -> Vec<Run> {
+        let mut runs: Vec<Run> = Vec::new();
+        for i in 0..n {
+            let p = st.index.get(Lba(first + i));
+            match runs.last_mut() {
+                Some(r) if r.next() == p => r.blocks += 1,
+                _ => runs.push(Run { from: p, blocks: 1 }),
+            }
+        }
+        runs
     }
 
     /// Write `data` at `offset`: appended at a user frontier, logged, and acknowledged once
@@ -239,6 +246,21 @@ impl LogEngine {
         self.state.lock().zones.get_mut(zone).needs_reset = false;
         self.log_op(LogRec::ZoneOpen { zone, class })?;
         Ok(())
+    }
+}
+
+/// Blocks of a read in logical order: `blocks` never written (`from` None), or contiguous on
+/// the device from `from`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Run {
+    pub from: Option<Pba>,
+    pub blocks: u32,
+}
+
+impl Run {
+    /// Where the block after the run would be for the run to go on.
+    fn next(&self) -> Option<Pba> {
+        self.from.map(|p| Pba(p.0 + self.blocks))
     }
 }
 

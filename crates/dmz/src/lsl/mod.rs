@@ -18,8 +18,11 @@
 //! write's guard holds it from its plan to its completion), then `wlock` (one placer or logger at a
 //! time: placing and appending records of writes, discards, GC, checkpoints; not held across a user
 //! write's data I/O), then `log_write` (one log writer), then `state`; `reset` (read side held by a
-//! read from its index lookup to its device read, write side by a zone reset) is never taken with
-//! `state` held.
+//! read from its index lookup to its device read, and by a planned read until the caller's device
+//! reads are done; write side by a zone reset, under `wlock`) is never taken with `state` held.
+//! A planned read's holder (a queue thread) may block on nothing but `log_write` and `state`
+//! (a flush) while it holds `reset`: their holders never wait for `reset`, so a reset waits only
+//! for the device reads in flight.
 //!
 //! Not in this slice: paging the index (every page is resident), stream and hot/cold user frontiers
 //! (user writes go to any free user frontier), GC on a worker thread and its pacing, extents in the
@@ -46,7 +49,7 @@ use zbd::ZonedDevice;
 pub use crate::engine::EngineError;
 pub use layout::{FormatOptions, DEFAULT_USER_FRONTIERS};
 pub use open::{debug_reseal, format, is_log_layout};
-pub use plan::{LogSyncPlan, LogWrite, LogWritePlan};
+pub use plan::{LogReadPlan, LogSyncPlan, LogWrite, LogWritePlan};
 
 use layout::Layout;
 use meta::Meta;
@@ -162,7 +165,10 @@ pub struct LogEngine {
     /// logged its record, so that it is not overtaken by an older write.
     planned: Mutex<Vec<(u32, u32)>>,
     planned_done: Condvar,
-    reset: RwLock<()>,
+    /// Read side: a read from its index lookup to the end of its device reads (a planned
+    /// read's guard holds it until the caller's reads are done, `plan::LogReadPlan`); write
+    /// side: a zone reset. `Arc`ed for the planned reads' owned guards.
+    reset: Arc<RwLock<()>>,
     failed: Mutex<Option<String>>,
     stats: Counters,
 }

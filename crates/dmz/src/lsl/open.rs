@@ -228,7 +228,7 @@ impl LogEngine {
             log_write: Arc::new(Mutex::new(())),
             planned: Mutex::new(Vec::new()),
             planned_done: Condvar::new(),
-            reset: RwLock::new(()),
+            reset: Arc::new(RwLock::new(())),
             failed: Mutex::new(None),
             stats,
         };

@@ -1,4 +1,14 @@
-//! Planned writes (docs/design.md, "Log layout", "Planned writes"): a write placed without
+//! Planned reads and writes (docs/design.md, "Log layout", "Planned reads" and "Planned
+//! writes"): what the frontend's hop-free paths ask of a target (`frontend::BlockTarget::
+//! plan_read`, `plan_write`, `plan_sync`).
+//!
+//! A planned read is the index's runs of the request, had with `try_` locks only, and the read
+//! side of `LogEngine::reset`, which its guard holds until the caller's device reads are done:
+//! no zone is reset (GC, a frontier reopening a freed zone) under them. A GC that wants to
+//! reset waits for those reads, holding `wlock`; new planned reads then get no plan
+//! (`try_read` fails while a writer waits) and go through the pool.
+//!
+//! A planned write is a write placed without
 //! blocking, its data written by the caller on its own ring through the device's read source
 //! (`zbd::ReadSource::seq_writes`), then recorded; and the log write that makes it durable,
 //! also made by the caller. What the frontend's hop-free write path asks of a target
@@ -18,12 +28,14 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use parking_lot::{ArcMutexGuard, RawMutex};
+use parking_lot::{ArcMutexGuard, ArcRwLockReadGuard, RawMutex, RawRwLock};
 
 use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
+use crate::engine::ReadSegment;
 
+use super::layout::Pba;
 use super::record::LogRec;
-use super::zones::Slot;
+use super::zones::{Slot, ZoneState};
 use super::{EngineError, LogEngine};
 
 /// A write placed at a user frontier, its data still to be written by the caller at
@@ -43,6 +55,17 @@ pub struct LogWritePlan {
     through_device: bool,
     done: bool,
     _turn: ArcMutexGuard<RawMutex, ()>,
+}
+
+/// A read planned without blocking ([`LogEngine::plan_read`]): its segments, in request
+/// order, for the caller to read from the device's read source (`zbd::ReadSource`, its
+/// `base` included in the offsets) or fill with zeros; and the read side of the engine's
+/// `reset`, held until the plan is completed or dropped, so that no zone the segments name
+/// is reset under those reads.
+pub struct LogReadPlan {
+    engine: Arc<LogEngine>,
+    segments: Vec<ReadSegment>,
+    _reset: ArcRwLockReadGuard<RawRwLock, ()>,
 }
 
 /// What [`LogEngine::plan_sync`] found.
@@ -67,6 +90,47 @@ pub struct LogWrite {
 }
 
 impl LogEngine {
+    /// Plan a read of `len` bytes at `offset` without blocking, or `None` whenever that
+    /// would wait (a reset pending or under way, `state` held) or the device has no read
+    /// source: the caller then calls [`LogEngine::read`].
+    pub fn plan_read(self: &Arc<Self>, offset: u64, len: u64) -> Option<LogReadPlan> {
+        let src = self.dev.read_source()?;
+        let (first, n) = self.range(offset, usize::try_from(len).ok()?).ok()?;
+        if n == 0 {
+            return None;
+        }
+        let reset = self.reset.try_read_arc()?;
+        let runs = {
+            let st = self.state.try_lock()?;
+            let runs = self.runs(&st, first, n);
+            // Offline or read-only zones: the engine's read reports what the device says.
+            let unusable =
+                |p: Pba| st.zones.get(self.layout.zone_of(p).0).state == ZoneState::Unusable;
+            if runs.iter().any(|r| r.from.is_some_and(unusable)) {
+                return None;
+            }
+            runs
+        };
+        let segments = runs
+            .into_iter()
+            .map(|r| {
+                let len = r.blocks * BLOCK as u32;
+                match r.from {
+                    None => ReadSegment::Zeros { len },
+                    Some(p) => ReadSegment::Device {
+                        offset: src.base + p.0 as u64 * BLOCK as u64,
+                        len,
+                    },
+                }
+            })
+            .collect();
+        Some(LogReadPlan {
+            engine: self.clone(),
+            segments,
+            _reset: reset,
+        })
+    }
+
     /// Plan a write of `data` at `offset` without blocking (see the module comment), or
     /// `None` whenever anything would have to wait: the caller then calls
     /// [`LogEngine::write`].
@@ -163,6 +227,27 @@ fn no_room() -> EngineError {
 
 fn overlaps(a: (u32, u32), b: (u32, u32)) -> bool {
     a.0 < b.0 + b.1 && b.0 < a.0 + a.1
+}
+
+impl LogReadPlan {
+    pub fn segments(&self) -> &[ReadSegment] {
+        &self.segments
+    }
+
+    /// The caller read every segment: count the read (as [`LogEngine::read`] does) and let
+    /// resets go on. Dropped without this (a read failed: the caller retries with
+    /// [`LogEngine::read`], which reports the error), it counts nothing.
+    pub fn complete(self) {
+        self.engine.stats.reads.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for LogReadPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogReadPlan")
+            .field("segments", &self.segments)
+            .finish()
+    }
 }
 
 impl LogWritePlan {
