@@ -923,6 +923,26 @@ fn log_layout_on_a_device_too_small_for_it() {
 }
 
 #[test]
+fn log_layout_on_a_device_with_one_open_zone() {
+    let _serial = serial();
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("o.img");
+    let mut opts = EmulateOptions::new(256 * 2 * MIB, 2 * MIB);
+    opts.conventional = 48;
+    opts.max_open = 1;
+    drop(Emulated::create(&path, &opts).expect("create image"));
+    let o = zonedd(&["format", "--backend", p(&path), "--layout", "log"]);
+    refused(
+        &o,
+        2,
+        &[
+            "the log layout keeps 2 zones open at once (a user frontier and GC's)",
+            "the device allows 1",
+        ],
+    );
+}
+
+#[test]
 fn log_layout_with_a_cache_device() {
     let _serial = serial();
     let d = tempfile::tempdir().unwrap();

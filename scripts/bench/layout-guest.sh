@@ -13,7 +13,8 @@
 #   default 1; ZONEDD_VM_LAYOUT_LIST, default "log dm-zoned": the volumes of each round, where
 #   log:N is the log layout with N user frontiers, `format --user-frontiers N`; a trailing
 #   /pool serves the volume with ZONEDD_HOP_FREE_WRITES=0, every write through the pool, and
-#   /ring with ZONEDD_HOP_FREE_WRITES=1, hop-free writes on (the log layout's default is off);
+#   /ring with ZONEDD_HOP_FREE_WRITES=1, hop-free writes on (the log layout's default is off),
+#   /poolreads with ZONEDD_HOP_FREE_READS=0, every read through the pool;
 #   ZONEDD_VM_LAYOUT_DEVICE=hdd puts them on the hdd timing model instead of null_blk)
 # vm-timeout: 2400
 # vm-memory: 4G
@@ -59,6 +60,7 @@ run() { # run NAME LAYOUT[:USER_FRONTIERS][/pool|/ring]
     case $2 in
     */pool) env=(ZONEDD_HOP_FREE_WRITES=0) ;;
     */ring) env=(ZONEDD_HOP_FREE_WRITES=1) ;;
+    */poolreads) env=(ZONEDD_HOP_FREE_READS=0) ;;
     esac
     "$Z" format --backend "$nb" --force --layout "$layout" "${how[@]}" >/dev/null
     res=$(env "${env[@]}" "$Z" create --backend "$nb" --queues 2 --depth 64)
@@ -89,10 +91,12 @@ d = json.load(open(sys.argv[1]))
 e = d["engine"]
 e["hop_free_writes"] = d["frontend"]["hop_free_writes"]
 e["writes"] = d["frontend"]["writes"]
-e["hop_free_handoffs"] = d["frontend"].get("hop_free_handoffs", 0)
+for k in ["hop_free_handoffs", "hop_free_reads", "pool_reads"]:
+    e[k] = d["frontend"].get(k, 0)
 keys = ["write_amplification", "gc_blocks_copied", "gc_zones_freed", "gc_paced_batches",
         "gc_forced_victims", "reclaim_blocks_copied", "reclaim_zones", "log_blocks_written",
-        "index_resident_bytes", "hop_free_writes", "hop_free_handoffs", "writes"]
+        "index_resident_bytes", "hop_free_writes", "hop_free_handoffs", "writes",
+        "hop_free_reads", "pool_reads"]
 print("layout: %s: " % sys.argv[2] + ", ".join("%s %s" % (k, e[k]) for k in keys if k in e))' \
         "$out/$name-status.json" "$name"
     "$Z" delete "$id" >/dev/null

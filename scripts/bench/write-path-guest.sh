@@ -70,8 +70,8 @@ run() { # run NAME zd|dm [ENV...]: fresh volume, both jobs, counters, tear down
         "$Z" status "$id" --json | python3 -c 'import json,sys
 d = json.load(sys.stdin)
 f, e = d["frontend"], d["engine"]
-print("write-path: %s: writes %d, hop-free %d (retried %d), log blocks %d, unlogged %d, written ahead %d, proof flushes %d" % (
-    sys.argv[1], f["writes"], f["hop_free_writes"], f["hop_free_write_retries"],
+print("write-path: %s: writes %d, hop-free %d (retried %d, handed off %d), log blocks %d, unlogged %d, written ahead %d, proof flushes %d" % (
+    sys.argv[1], f["writes"], f["hop_free_writes"], f["hop_free_write_retries"], f["hop_free_handoffs"],
     e["log_block_writes"], e["unlogged_overwrites"], e["written_ahead"], e["proof_flushes"]))' "$name"
         "$Z" delete "$id" >/dev/null
     fi

@@ -519,8 +519,9 @@ fn hop_free_reads() -> bool {
 }
 
 /// Hop-free writes (docs/design.md, "Hop-free writes") are on for the v2 layout and off
-/// for the log layout, where they measured 0.86-0.92x the pool path's random-write IOPS
-/// (docs/PERFORMANCE.md, "Hop-free writes on the log layout"), unless the daemon's
+/// for the log layout, where they measured 0.86-0.92x the pool path's random-write IOPS on
+/// the memory device and 0.99-1.00x on the hdd model once GC runs (1.15-1.42x before it
+/// starts; docs/PERFORMANCE.md, "Hop-free writes on the log layout"), unless the daemon's
 /// environment says otherwise: `ZONEDD_HOP_FREE_WRITES=0` sends every write through the
 /// pool, `=1` (anything else) makes them on either layout.
 fn hop_free_writes(layout: &str) -> bool {

@@ -111,17 +111,36 @@ pub(crate) fn is_data_zone(z: &Zone) -> bool {
         && !matches!(z.cond, ZoneCondition::Offline | ZoneCondition::ReadOnly)
 }
 
-/// Frontiers for a device: `wanted`, fewer when its open or active zone limit is lower (each
-/// frontier is an open zone), and never under [`MIN_FRONTIERS`].
-fn frontiers_for(geo: &zbd::Geometry, wanted: u32) -> u32 {
+/// The most zones the device lets be open (or active) at once: the lower of its two limits,
+/// `None` when it has neither.
+fn zone_limit(geo: &zbd::Geometry) -> Option<u32> {
     [geo.max_open_zones, geo.max_active_zones]
         .into_iter()
         .filter(|&m| m > 0)
-        .fold(wanted, u32::min)
-        .max(MIN_FRONTIERS)
+        .min()
+}
+
+/// Frontiers for a device: `wanted`, fewer when its open or active zone limit is lower (each
+/// frontier is an open zone); below [`MIN_FRONTIERS`] the device cannot take the layout.
+fn frontiers_for(geo: &zbd::Geometry, wanted: u32) -> u32 {
+    zone_limit(geo).map_or(wanted, |m| m.min(wanted))
 }
 
 impl Layout {
+    /// Whether the device lets this volume's frontiers be open at once: a volume formatted on
+    /// a device with higher limits (an image copied to another drive) is refused at open,
+    /// not at its first zone open.
+    pub fn check_limits(&self, geo: &zbd::Geometry) -> Result<(), EngineError> {
+        match zone_limit(geo) {
+            Some(m) if m < self.frontiers => Err(EngineError::Invalid(format!(
+                "this log-layout volume keeps {} zones open at once (its frontiers), and the \
+                 device allows {m}: it was formatted on a device with higher limits",
+                self.frontiers
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// User frontiers (slots `0..users`; the GC frontier is slot `users`).
     pub fn user_frontiers(&self) -> u32 {
         self.frontiers - 1
@@ -146,6 +165,12 @@ impl Layout {
             )));
         }
         let frontiers = frontiers_for(geo, opts.user_frontiers + 1);
+        if frontiers < MIN_FRONTIERS {
+            return Err(EngineError::Invalid(format!(
+                "the log layout keeps {MIN_FRONTIERS} zones open at once (a user frontier and \
+                 GC's), and the device allows {frontiers}"
+            )));
+        }
         let reserve = frontiers as u64 + 1;
         if data_zones <= reserve + MIN_SPARE_ZONES || data_blocks == 0 {
             return Err(EngineError::Invalid(format!(
@@ -751,10 +776,37 @@ mod tests {
         assert_eq!(with(0, 0, 1).unwrap(), 2);
         assert_eq!(with(3, 0, 4).unwrap(), 3);
         assert_eq!(with(0, 4, 4).unwrap(), 4);
-        // Below two open zones the layout still needs its user and GC frontiers.
-        assert_eq!(with(1, 1, 4).unwrap(), MIN_FRONTIERS);
+        assert_eq!(with(2, 0, 4).unwrap(), MIN_FRONTIERS);
+        // Below two open zones the device cannot hold a user frontier and GC's: refused.
+        let e = with(1, 0, 4).unwrap_err().to_string();
+        assert!(
+            e.contains("keeps 2 zones open") && e.contains("allows 1"),
+            "{e}"
+        );
+        assert!(with(0, 1, 1).is_err());
         assert!(with(0, 0, 0).is_err());
         assert!(with(0, 0, 5).is_err());
+    }
+
+    /// A volume whose frontiers exceed the device's limits (formatted elsewhere) is refused
+    /// by `check_limits`, which open calls; within them, or without limits, it passes.
+    #[test]
+    fn a_volume_with_more_frontiers_than_the_device_allows_is_refused() {
+        let dev = device();
+        let (l, _) = layout(&dev);
+        assert_eq!(l.frontiers, MAX_FRONTIERS);
+        let geo = |max_open, max_active| zbd::Geometry {
+            max_open_zones: max_open,
+            max_active_zones: max_active,
+            ..dev.geometry()
+        };
+        assert!(l.check_limits(&geo(0, 0)).is_ok());
+        assert!(l.check_limits(&geo(5, 0)).is_ok());
+        assert!(l.check_limits(&geo(128, 5)).is_ok());
+        for (o, a) in [(4, 0), (0, 3), (8, 4)] {
+            let e = l.check_limits(&geo(o, a)).unwrap_err().to_string();
+            assert!(e.contains("keeps 5 zones open"), "{e}");
+        }
     }
 
     #[test]

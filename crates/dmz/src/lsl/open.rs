@@ -213,6 +213,7 @@ impl LogEngine {
             next_seq,
             ..
         } = load(&*dev)?;
+        layout.check_limits(&dev.geometry())?;
         meta.log.start_at(next_seq);
         let turns = (0..layout.user_frontiers())
             .map(|_| Arc::new(Mutex::new(())))
