@@ -89,9 +89,10 @@ impl BlockTarget for LogTarget {
         })
     }
     /// A declined plan is completed on the pool, and a write through the engine over its
-    /// blocks waits for it (`LogEngine::wait_planned`).
+    /// blocks waits for it (`LogEngine::wait_planned`). Only where writes are planned at
+    /// all: elsewhere (an emulated image) holding would be work for nothing.
     fn plans_hold_chunks(&self) -> bool {
-        true
+        self.source().is_some()
     }
     fn plan_sync(&self, token: frontend::SyncToken) -> Result<frontend::SyncPlan, i32> {
         let Some(src) = self.source() else {

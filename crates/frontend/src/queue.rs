@@ -768,8 +768,14 @@ impl Held<'_> {
         ok
     }
 
-    /// Run `f` on the pool, as the next job of the first chunk held, and wait for it
-    /// without blocking the queue thread; the chunks stay held until it is done.
+    /// Run `f` on the pool and wait for it without blocking the queue thread. With `hold`,
+    /// as the next job of the first chunk held, the chunks staying held until it is done;
+    /// without, on a key of its own ([`handoff_key`]), not the chunk's: `f` needs no chunk
+    /// order, and behind a request of the chunk it could deadlock (a v2 plan holds its
+    /// chunk's lock until completed, and a hand-off of its `sync_first` runs before that:
+    /// a write of the chunk queued on the pool meanwhile waits for that lock on a worker,
+    /// and a job queued behind it on the same key would never run; xfstests' generic/127
+    /// hung so).
     async fn hand_off(
         &mut self,
         shared: &QueueShared,
@@ -803,10 +809,19 @@ impl Held<'_> {
         });
         match hold {
             true => self.dispatch.release(first, Some(job)),
-            false => self.dispatch.queue(first, job),
+            false => self.dispatch.queue(handoff_key(completion), job),
         }
         completion.wait().await
     }
+}
+
+/// Pool keys of hand-off jobs of targets that hold no chunks ([`Held::hand_off`]): bit 63
+/// set (chunk keys are chunk numbers, far below it), and the tag's completion's address,
+/// so that the request's job has a key no other job in flight uses.
+const HANDOFF_KEYS: u64 = 1 << 63;
+
+fn handoff_key(completion: &Arc<TagCompletion>) -> u64 {
+    HANDOFF_KEYS | Arc::as_ptr(completion) as usize as u64
 }
 
 impl Drop for Held<'_> {
@@ -2063,6 +2078,44 @@ mod tests {
         );
     }
 
+    /// A record that goes ahead of its data, its log writer busy: the sync is handed to the
+    /// pool before the data is written, while the plan (a v2 plan: its chunk's lock) is
+    /// held. The job goes on a key of its own, never the chunk's: a write of the chunk
+    /// queued on the pool meanwhile waits for the plan's lock on a worker, and a job behind
+    /// it on the chunk's key would never run (xfstests' generic/127 hung so in the VM; with
+    /// the job on the chunk's key this test fails).
+    #[test]
+    fn a_sync_ahead_of_the_data_is_handed_off_on_a_key_of_its_own() {
+        let (t, d, sh, ring) = write_setup(true);
+        t.ahead.store(true, Ordering::Relaxed);
+        t.log_busy.store(true, Ordering::Relaxed);
+        write_via(&sh, &ring, 3 * FT_CHUNK + 8192, 4096, 7, false);
+        let q = std::mem::take(&mut *d.queued.lock().unwrap());
+        assert!(!q.is_empty(), "handed off");
+        assert!(
+            q.iter().all(|&k| k & HANDOFF_KEYS != 0 && k != 3),
+            "hand-off jobs on keys of their own, not chunk 3's: {q:?}"
+        );
+        let l = t.log();
+        let sync = l
+            .iter()
+            .position(|e| e.starts_with("sync"))
+            .expect("synced");
+        let complete = l
+            .iter()
+            .position(|e| e.starts_with("complete"))
+            .expect("completed");
+        assert!(
+            sync < complete,
+            "the record synced before the plan completes: {l:?}"
+        );
+        assert_eq!(
+            WriteFile::at(&t.file, 3 * FT_CHUNK + 8192, 4096),
+            vec![7; 4096]
+        );
+        assert_eq!(sh.stats.snapshot().hop_free_writes, 1);
+    }
+
     /// A plan whose record goes ahead of its data: the log is written (on the ring) before
     /// the data, then the plan completed, and nothing is left to sync after it.
     #[test]
@@ -2091,7 +2144,11 @@ mod tests {
         t.decline.store(true, Ordering::Relaxed);
         t.log_busy.store(true, Ordering::Relaxed);
         write_via(&sh, &ring, 2 * FT_CHUNK + 4096, 4096, 9, false);
-        assert_eq!(queued(&d), [2], "one job, of the write's chunk");
+        let own = |q: Vec<u64>| q.len() == 1 && q[0] & HANDOFF_KEYS != 0;
+        assert!(
+            own(queued(&d)),
+            "one job, on a key of its own (no chunk held)"
+        );
         assert_eq!(
             t.log(),
             [
@@ -2107,7 +2164,7 @@ mod tests {
         // The sync alone: completed here, the busy log writer waited for on the pool.
         t.decline.store(false, Ordering::Relaxed);
         write_via(&sh, &ring, 4 * FT_CHUNK, 4096, 10, false);
-        assert_eq!(queued(&d), [4]);
+        assert!(own(queued(&d)));
         assert_eq!(
             t.log(),
             [

@@ -134,7 +134,8 @@ impl Layout {
         match zone_limit(geo) {
             Some(m) if m < self.frontiers => Err(EngineError::Invalid(format!(
                 "this log-layout volume keeps {} zones open at once (its frontiers), and the \
-                 device allows {m}: it was formatted on a device with higher limits",
+                 device allows {m}: it was formatted on a device with higher limits, or by a \
+                 zonedd that did not check them",
                 self.frontiers
             ))),
             _ => Ok(()),

@@ -20,9 +20,11 @@
 //! write's data I/O), then `log_write` (one log writer), then `state`; `reset` (read side held by a
 //! read from its index lookup to its device read, and by a planned read until the caller's device
 //! reads are done; write side by a zone reset, under `wlock`) is never taken with `state` held.
-//! A planned read's holder (a queue thread) may block on nothing but `log_write` and `state`
-//! (a flush) while it holds `reset`: their holders never wait for `reset`, so a reset waits only
-//! for the device reads in flight.
+//! A planned read's holder (a queue thread) blocks meanwhile only on locks whose holders never
+//! wait for `reset`: `log_write` and `state` (a blocking flush), `state` and `planned` (plans),
+//! the device's zone locks and the pool's lock; so a reset cannot deadlock with it. It may wait
+//! longer than the reads, though: while the queue thread is in a blocking flush it reaps no
+//! read completion, and the reset (and GC, holding `wlock`) waits for that flush too.
 //!
 //! Not in this slice: paging the index (every page is resident), stream and hot/cold user frontiers
 //! (user writes go to any free user frontier), GC on a worker thread and its pacing, extents in the

@@ -2,8 +2,9 @@
 //! writes"): what the frontend's hop-free paths ask of a target (`frontend::BlockTarget::
 //! plan_read`, `plan_write`, `plan_sync`).
 //!
-//! A planned read is the index's runs of the request, had with `try_` locks only, and the read
-//! side of `LogEngine::reset`, which its guard holds until the caller's device reads are done:
+//! A planned read is the index's runs of the request (`reset` taken with `try_read`, then
+//! `state`), and the read side of `LogEngine::reset`, which its guard holds until the caller's
+//! device reads are done:
 //! no zone is reset (GC, a frontier reopening a freed zone) under them. A GC that wants to
 //! reset waits for those reads, holding `wlock`; new planned reads then get no plan
 //! (`try_read` fails while a writer waits) and go through the pool.
@@ -90,18 +91,20 @@ pub struct LogWrite {
 }
 
 impl LogEngine {
-    /// Plan a read of `len` bytes at `offset` without blocking, or `None` whenever that
-    /// would wait (a reset pending or under way, `state` held) or the device has no read
-    /// source: the caller then calls [`LogEngine::read`].
+    /// Plan a read of `len` bytes at `offset` without waiting for device I/O, or `None`
+    /// when a zone reset is pending or under way, a run lies in an unusable zone, the read
+    /// is empty or 4 GiB or more, or the device has no read source: the caller then calls
+    /// [`LogEngine::read`]. Takes `state` (held only across memory work, as
+    /// [`LogEngine::plan_write`] takes it).
     pub fn plan_read(self: &Arc<Self>, offset: u64, len: u64) -> Option<LogReadPlan> {
         let src = self.dev.read_source()?;
-        let (first, n) = self.range(offset, usize::try_from(len).ok()?).ok()?;
-        if n == 0 {
+        if len == 0 || len > u32::MAX as u64 {
             return None;
         }
+        let (first, n) = self.range(offset, len as usize).ok()?;
         let reset = self.reset.try_read_arc()?;
         let runs = {
-            let st = self.state.try_lock()?;
+            let st = self.state.lock();
             let runs = self.runs(&st, first, n);
             // Offline or read-only zones: the engine's read reports what the device says.
             let unusable =
