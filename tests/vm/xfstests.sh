@@ -246,13 +246,18 @@ print(" ".join("%s=%s" % (k, v) for k, v in f.items() if v))' 2>/dev/null)"
     watch_pid=$!
 fi
 
-# Both sides at once (under TCG ./check is mostly one busy vCPU of the guest's two): same load
-# for both, half the wall time. ZONEDD_VM_XFSTESTS_SERIAL=1 runs the baseline, then zonedd.
+# The baseline, then zonedd. ZONEDD_VM_XFSTESTS_SIDE_BY_SIDE=1 runs both at once (under TCG
+# ./check is mostly one busy vCPU of the guest's two: same load for both, half the wall time),
+# but there the two sides' dm-flakey tests interfere: twice the same test at the same moment
+# on both sides failed with `umount: /dev/mapper/flakey-test.N-zonedd: not mounted`, the
+# baseline's failing beside it once (generic/322 on 2026-12-02, 456 on 2026-12-04; both pass
+# one side at a time). Not explained (docs/vm-testing.md). ZONEDD_VM_XFSTESTS_SERIAL is the
+# old switch to this order, now the default.
 pids=()
 if [ "$only" != zonedd ]; then
     run_check baseline "$b0" "$b1" "$logb" &
     pids+=($!)
-    [ -z "${ZONEDD_VM_XFSTESTS_SERIAL:-}" ] || wait "${pids[@]}"
+    [ -n "${ZONEDD_VM_XFSTESTS_SIDE_BY_SIDE:-}" ] || wait "${pids[@]}"
 fi
 if [ "$only" != baseline ]; then
     run_check zonedd "${zdevs[0]}" "${zdevs[1]}" "$logz" &
