@@ -26,35 +26,13 @@ fn engine(dir: &tempfile::TempDir) -> Engine {
     open(dev, opts)
 }
 
-/// Do what the frontend does with a plan: read each device segment from the read source
-/// (here with `pread`), zero-fill the rest.
+/// Do what the frontend does with a plan ([`read_segments`]).
 fn run(e: &Engine, plan: &ReadPlan) -> Vec<u8> {
     let src = e
         .read_source()
         .expect("an emulated image has a read source");
-    let mut out = vec![0u8; plan.len() as usize];
-    let mut pos = 0usize;
-    for s in plan.segments() {
-        match *s {
-            ReadSegment::Zeros { len } => pos += len as usize,
-            ReadSegment::Device { offset, len } => {
-                let d = &mut out[pos..pos + len as usize];
-                // SAFETY: `d` is a live, exclusively borrowed buffer of `d.len()` bytes, and
-                // the read source's descriptor stays open while the engine (its device) lives.
-                let n = unsafe {
-                    libc::pread(
-                        src.fd,
-                        d.as_mut_ptr().cast(),
-                        d.len(),
-                        offset as libc::off_t,
-                    )
-                };
-                assert_eq!(n, len as isize, "short read at {offset}");
-                pos += len as usize;
-            }
-        }
-    }
-    assert_eq!(pos as u64, plan.len(), "segments cover the request");
+    let out = read_segments(src.fd, plan.segments());
+    assert_eq!(out.len() as u64, plan.len(), "segments cover the request");
     out
 }
 

@@ -10,7 +10,7 @@ use common::lsl::*;
 use common::*;
 use dmz::engine::ReadSegment;
 use dmz::lsl::{format, LogEngine, LogReadPlan};
-use zbd::{EmulateOptions, Emulated, ZoneCondition, ZonedDevice};
+use zbd::{EmulateOptions, Emulated, ZoneCondition};
 
 const B: u64 = BS as u64;
 const ZONE: u64 = 1 << 20;
@@ -27,40 +27,12 @@ fn engine(dir: &tempfile::TempDir) -> (Arc<Emulated>, Arc<LogEngine>) {
     (dev.clone(), Arc::new(lopen(dev)))
 }
 
-/// Zone `z` as the device reports it.
-fn zone(dev: &Emulated, z: u32) -> zbd::Zone {
-    dev.report_zones(z, 1).unwrap()[0]
-}
-
-/// Do what the frontend does with a plan: read each device segment from the read source
-/// (here with `pread`), zero-fill the rest.
+/// Do what the frontend does with a plan ([`read_segments`]).
 fn run(e: &LogEngine, plan: &LogReadPlan) -> Vec<u8> {
     let src = e
         .read_source()
         .expect("an emulated image has a read source");
-    let mut out = Vec::new();
-    for s in plan.segments() {
-        match *s {
-            ReadSegment::Zeros { len } => out.resize(out.len() + len as usize, 0),
-            ReadSegment::Device { offset, len } => {
-                let at = out.len();
-                out.resize(at + len as usize, 0xee);
-                let d = &mut out[at..];
-                // SAFETY: `d` is a live, exclusively borrowed buffer of `d.len()` bytes, and
-                // the read source's descriptor stays open while the engine (its device) lives.
-                let n = unsafe {
-                    libc::pread(
-                        src.fd,
-                        d.as_mut_ptr().cast(),
-                        d.len(),
-                        offset as libc::off_t,
-                    )
-                };
-                assert_eq!(n, len as isize, "short read at {offset}");
-            }
-        }
-    }
-    out
+    read_segments(src.fd, plan.segments())
 }
 
 fn read(e: &LogEngine, first: u64, n: u64) -> Vec<u8> {
@@ -155,7 +127,7 @@ fn a_planned_read_holds_off_the_reset_of_its_zone() {
         }
         other => panic!("block 0 is on the device: {other:?}"),
     };
-    let full = zone(&dev, victim);
+    let full = zone(&*dev, victim);
     assert_eq!(full.cond, ZoneCondition::Full, "the victim: {full:?}");
     let freed = e.stats().gc_zones_freed;
     std::thread::scope(|s| {
@@ -165,7 +137,7 @@ fn a_planned_read_holds_off_the_reset_of_its_zone() {
             std::thread::yield_now();
         }
         assert!(!gc.is_finished(), "GC reset the zone under a planned read");
-        assert_eq!(zone(&dev, victim), full, "not reset yet");
+        assert_eq!(zone(&*dev, victim), full, "not reset yet");
         assert!(
             e.plan_read(0, 64 * B).is_none(),
             "no new plan while a reset waits"
@@ -178,7 +150,7 @@ fn a_planned_read_holds_off_the_reset_of_its_zone() {
         assert!(gc.join().unwrap(), "GC freed a zone");
     });
     assert_eq!(e.stats().gc_zones_freed, freed + 1);
-    let z = zone(&dev, victim);
+    let z = zone(&*dev, victim);
     assert!(z.wp - z.start < ZONE, "the victim was reset: {z:?}");
     assert!(read(&e, 0, 64) == want, "the data moved with GC");
     let plan = e.plan_read(0, 64 * B).expect("a plan again");

@@ -88,6 +88,30 @@ pub fn zone(dev: &dyn ZonedDevice, zone: u32) -> Zone {
     dev.report_zones(zone, 1).expect("report zone")[0]
 }
 
+/// Do what the frontend does with a planned read (either layout): read each device segment
+/// from the read source `fd` (here with `pread`), zero-fill the rest.
+pub fn read_segments(fd: std::os::fd::RawFd, segments: &[dmz::engine::ReadSegment]) -> Vec<u8> {
+    use dmz::engine::ReadSegment;
+    let mut out = Vec::new();
+    for s in segments {
+        match *s {
+            ReadSegment::Zeros { len } => out.resize(out.len() + len as usize, 0),
+            ReadSegment::Device { offset, len } => {
+                let at = out.len();
+                out.resize(at + len as usize, 0xee);
+                let d = &mut out[at..];
+                // SAFETY: `d` is a live, exclusively borrowed buffer of `d.len()` bytes, and
+                // the caller keeps the read source's descriptor open (its engine lives).
+                let n = unsafe {
+                    libc::pread(fd, d.as_mut_ptr().cast(), d.len(), offset as libc::off_t)
+                };
+                assert_eq!(n, len as isize, "short read at {offset}");
+            }
+        }
+    }
+    out
+}
+
 /// Overwrite bytes at any offset of conventional zones (corruption injection): whole blocks
 /// are read, changed and written back.
 pub fn poke(dev: &dyn ZonedDevice, offset: u64, data: &[u8]) {
