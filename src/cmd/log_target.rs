@@ -183,7 +183,12 @@ pub(super) fn open(backend: &str, dev: Arc<dyn zbd::ZonedDevice>) -> Result<Open
     let geometry = super::create::geometry_json(dev.as_ref());
     let engine = dmz::lsl::LogEngine::open(dev, dmz::lsl::LogOptions::default())
         .map_err(|e| format!("{backend}: {e}"))?;
-    let typed = Arc::new(LogTarget(Arc::new(engine)));
+    let engine = Arc::new(engine);
+    // GC to its watermark and idle compaction, off the request path.
+    engine
+        .start_background()
+        .map_err(|e| format!("{backend}: {e}"))?;
+    let typed = Arc::new(LogTarget(engine));
     let weak = Arc::downgrade(&typed);
     let target: Arc<dyn BlockTarget> = typed.clone();
     Ok(Opened {
@@ -197,13 +202,16 @@ pub(super) fn open(backend: &str, dev: Arc<dyn zbd::ZonedDevice>) -> Result<Open
         }),
         reclaim: Arc::new(|| {
             Err(
-                "a log-layout volume collects garbage as it writes: there is no reclaim pass \
-                 to start"
+                "a log-layout volume collects garbage by itself (as it writes, and in the \
+                 background down to its watermark): there is no reclaim pass to start"
                     .to_string(),
             )
         }),
-        close: Box::new(
-            move || match Arc::try_unwrap(typed).map(|t| Arc::try_unwrap(t.0)) {
+        close: Box::new(move || {
+            // The thread holds the engine while it works: stopped first, the engine is
+            // ours alone again.
+            typed.0.stop_background();
+            match Arc::try_unwrap(typed).map(|t| Arc::try_unwrap(t.0)) {
                 Ok(Ok(e)) => e
                     .close()
                     .map_err(|e| format!("closing the log engine: {e}")),
@@ -217,7 +225,7 @@ pub(super) fn open(backend: &str, dev: Arc<dyn zbd::ZonedDevice>) -> Result<Open
                     t.0.flush()
                         .map_err(|e| format!("flushing the log engine: {e}"))
                 }
-            },
-        ),
+            }
+        }),
     })
 }

@@ -171,12 +171,24 @@ fn log_lines(e: &Value, line: &mut impl FnMut(&str, String)) {
         ),
     );
     line(
+        "compact",
+        format!(
+            "{} pages rewritten in order ({}), {} to look at, {} skipped; background {}",
+            n("compact_pages"),
+            blocks("compact_blocks"),
+            n("compact_marked_pages"),
+            n("compact_skipped_pages"),
+            e.get("background").and_then(Value::as_str).unwrap_or("?")
+        ),
+    );
+    line(
         "write amp",
         format!(
-            "{:.2} ({} written by users, {} copied by GC)",
+            "{:.2} ({} written by users, {} copied by GC, {} by compaction)",
             float(e, &["write_amplification"]).unwrap_or(0.0),
             blocks("user_blocks_written"),
-            blocks("gc_blocks_copied")
+            blocks("gc_blocks_copied"),
+            blocks("compact_blocks")
         ),
     );
     line(
@@ -658,7 +670,9 @@ pub(crate) mod tests {
                                   "gc_forced_victims": 1, "user_blocks_written": 1024,
                                   "write_amplification": 1.5,
                                   "index_resident_bytes": 1u64 << 20, "checkpoints": 2,
-                                  "log_blocks_written": 40}});
+                                  "log_blocks_written": 40, "compact_pages": 3,
+                                  "compact_blocks": 768, "compact_marked_pages": 1,
+                                  "compact_skipped_pages": 0, "background": "asleep"}});
         let lines = summary(&s, None);
         assert_eq!(
             lines,
@@ -668,7 +682,8 @@ pub(crate) mod tests {
                 "capacity  776 MiB",
                 "zones     3 free, 2 open (4 user frontiers and GC's), 11 full; 1 MiB valid",
                 "GC        12 zones freed, 2 MiB copied (7 paced batches, 1 forced victims)",
-                "write amp 1.50 (4 MiB written by users, 2 MiB copied by GC)",
+                "compact   3 pages rewritten in order (3 MiB), 1 to look at, 0 skipped; background asleep",
+                "write amp 1.50 (4 MiB written by users, 2 MiB copied by GC, 3 MiB by compaction)",
                 "index     1 MiB resident; 2 checkpoints, 40 log blocks written",
             ]
         );

@@ -1,7 +1,7 @@
 //! Power cuts at every device-write boundary of seeded workloads on the log layout, over
 //! zbd's FaultyDevice: writes, flushes, FUA writes and discards on a volume small enough
 //! that GC runs and a log ring small enough that checkpoints run (and `Commit` ops
-//! checkpoint at any point, unflushed writes or not). After the cut (keeping
+//! checkpoint, or compact as an idle volume does, at any point, unflushed writes or not). After the cut (keeping
 //! all, none or a random half of the unflushed writes, or only those to conventional zones
 //! (metadata), or only those to sequential zones (data)) the volume must open, every write
 //! acknowledged by a flush or a FUA write must read back (or a later write of its blocks),
@@ -129,6 +129,9 @@ fn run(e: &Arc<LogEngine>, ops: &[Op], planned: bool) -> (usize, usize) {
             }
             Op::Discard { start, len } => e.discard(start * BS as u64, len * BS as u64),
             Op::Flush => e.flush(),
+            // Half the `Commit` ops compact instead (idle compaction's copies, flush and
+            // `Move` records, cut anywhere).
+            Op::Commit if i % 2 == 1 => e.debug_compact().map(|_| ()),
             Op::Commit => e.debug_checkpoint(),
         };
         if r.is_err() {
@@ -252,6 +255,17 @@ fn cut_and_verify(template: &MemDevice, ops: &[Op], seed: u64, k: u64, pat: u64)
     );
 }
 
+/// The blocks a seed's workload writes: seed 1 of every four stays in the first 40 (three
+/// zones' worth), so that its page fits the room GC keeps and compactions run; the others
+/// cover the volume (GC under pressure).
+fn span(seed: u64, capacity: u64) -> u64 {
+    if seed % 4 == 1 {
+        capacity.min(40)
+    } else {
+        capacity
+    }
+}
+
 /// Seeds 1 and 2 of every four run their plain writes as planned writes (the frontend's
 /// hop-free writes), one flushing often and one rarely.
 fn planned(seed: u64) -> bool {
@@ -276,16 +290,17 @@ fn power_cut_at_every_write() {
     let nops = if release { 70 } else { 40 };
     let template = template();
     let (mut points, mut gc_zones, mut checkpoints, mut writes, mut paced) = (0u64, 0, 0, 0, 0);
-    let mut nr_planned = 0;
+    let (mut nr_planned, mut compacted) = (0, 0);
     let start = std::time::Instant::now();
     for seed in first..first + seeds {
         // Dry run: how many device writes the workload makes, and that it runs GC.
         let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
         let e = Arc::new(LogEngine::open(dev.clone(), opts()).unwrap());
-        let blocks = e.capacity() / BS as u64;
+        let blocks = span(seed, e.capacity() / BS as u64);
         let ops = workload(seed, nops, blocks);
         assert_eq!(run(&e, &ops, planned(seed)), (ops.len(), ops.len()));
         let s = e.stats();
+        compacted += s.compact_pages;
         nr_planned += s.planned_writes;
         gc_zones += s.gc_zones_freed;
         paced += s.gc_paced_batches;
@@ -303,7 +318,7 @@ fn power_cut_at_every_write() {
     eprintln!(
         "log layout power cuts: {points} crash points over {writes} device writes, \
          {gc_zones} GC zones ({paced} paced batches), {checkpoints} checkpoints and \
-         {nr_planned} planned writes in the workloads, {:.1} s",
+         {nr_planned} planned writes and {compacted} compacted pages in the workloads, {:.1} s",
         start.elapsed().as_secs_f64()
     );
     assert!(
@@ -312,6 +327,8 @@ fn power_cut_at_every_write() {
     );
     assert!(nr_planned > 0, "no write of the workloads was planned");
     if release {
+        // Debug builds run two short workloads, too few `Commit` ops to compact surely.
+        assert!(compacted > 0, "no page of the workloads was compacted");
         assert!(points >= 10_000, "only {points} crash points");
     }
 }

@@ -43,6 +43,7 @@ impl LogEngine {
         }
         let seq = st.log.next_seq;
         st.apply(rec, seq, Ctx::Live, &vec![true; rec_blocks(rec)]);
+        self.nudge(st);
         Some(st.log.append(std::slice::from_ref(rec)))
     }
 

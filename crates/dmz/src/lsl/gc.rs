@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 
 use zbd::ZoneOp;
 
-use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
+use crate::engine::ids::{Lba, PageId, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 
 use super::layout::{decode_summary, Pba, ENTRIES};
 use super::record::LogRec;
@@ -26,20 +26,45 @@ use super::{EngineError, LogEngine};
 /// 8: 1.5 to 7 valid per invalid) are all below it.
 const MAX_PACED_RATIO: f64 = 16.0;
 
-/// A victim being emptied, owned by the state (`Meta::gc`).
+/// A victim being emptied, or a page being compacted (`compact.rs`), owned by the state
+/// (`Meta::gc`): one at a time, so that no victim is chosen while copies into the GC
+/// frontier are not yet logged (such a zone's valid count does not show them).
 pub(crate) struct GcWork {
-    victim: ZoneId,
-    /// Its live blocks when it was chosen, in logical order, and how far the copy went.
-    live: Vec<(Lba, u32)>,
-    next: usize,
-    /// (logical block, offset in the victim, where it was copied).
-    copied: Vec<(Lba, u32, Pba)>,
-    /// Blocks of copying owed per user block written: valid / invalid at the start.
+    pub(super) source: Source,
+    /// The live blocks when the work started, in logical order, and how far the copy went.
+    pub(super) live: Vec<(Lba, Pba)>,
+    pub(super) next: usize,
+    /// (logical block, where it was, where it was copied).
+    copied: Vec<(Lba, Pba, Pba)>,
+    /// Blocks of copying owed per user block written: valid / invalid at the start (0 for a
+    /// compaction: writers owe it nothing).
     ratio: f64,
 }
 
+/// What a [`GcWork`] copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// Every live block of a full zone, which is then reset.
+    Victim(ZoneId),
+    /// Every mapped block of an index page, rewritten in logical order (idle compaction).
+    Page(PageId),
+}
+
+impl GcWork {
+    /// A compaction of page `page`, whose mapped blocks are `live`.
+    pub(super) fn compaction(page: PageId, live: Vec<(Lba, Pba)>) -> GcWork {
+        GcWork {
+            source: Source::Page(page),
+            live,
+            next: 0,
+            copied: Vec::new(),
+            ratio: 0.0,
+        }
+    }
+}
+
 /// What one step of GC did.
-enum Step {
+pub(super) enum Step {
     NoVictim,
     Copied(u64),
     Finished,
@@ -118,7 +143,10 @@ impl LogEngine {
     /// progress, or free zones are below `gc_start_zones` and the best victim is worth
     /// starting paced.
     pub(super) fn gc_owed(&self, st: &super::meta::Meta) -> bool {
-        st.gc.is_some() || (st.zones.nr_free() < self.opts.gc_start_zones && self.worth_pacing(st))
+        st.gc
+            .as_ref()
+            .is_some_and(|w| matches!(w.source, Source::Victim(_)))
+            || (st.zones.nr_free() < self.opts.gc_start_zones && self.worth_pacing(st))
     }
 
     /// Whether the best victim frees enough to start it paced: a victim whose copy frees
@@ -128,17 +156,22 @@ impl LogEngine {
     /// Such a victim is left to the forced path, which runs when a frontier needs a zone, by
     /// when the writes since have made victims worth copying.
     fn worth_pacing(&self, st: &super::meta::Meta) -> bool {
+        self.victim_ratio(st).is_some_and(|r| r <= MAX_PACED_RATIO)
+    }
+
+    /// The best victim's valid blocks per invalid one, if there is a victim.
+    pub(super) fn victim_ratio(&self, st: &super::meta::Meta) -> Option<f64> {
         let data = self.layout.data_blocks();
-        st.zones.pick_victim(st.clock, data).is_some_and(|z| {
+        st.zones.pick_victim(st.clock, data).map(|z| {
             let valid = st.zones.info[z.idx()].valid as f64;
             let invalid = (data as f64 - valid).max(1.0);
-            valid / invalid <= MAX_PACED_RATIO
+            valid / invalid
         })
     }
 
-    /// Copy up to `max` blocks of the victim in progress (choosing one first if none),
-    /// finishing it once everything is copied.
-    fn gc_step(&self, max: u64) -> Result<Step, EngineError> {
+    /// Copy up to `max` blocks of the work in progress (choosing a victim first if none),
+    /// finishing it once everything is copied. The caller holds `wlock`.
+    pub(super) fn gc_step(&self, max: u64) -> Result<Step, EngineError> {
         let work = self.state.lock().gc.take();
         let mut work = match work {
             Some(w) => w,
@@ -176,12 +209,16 @@ impl LogEngine {
             self.stats.gc_no_victim.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         };
-        let live = self.live_blocks(victim)?;
+        let live: Vec<(Lba, Pba)> = self
+            .live_blocks(victim)?
+            .into_iter()
+            .map(|(lba, off)| (lba, self.layout.pba(victim, off)))
+            .collect();
         let invalid = (self.layout.data_blocks() as usize)
             .saturating_sub(live.len())
             .max(1);
         Ok(Some(GcWork {
-            victim,
+            source: Source::Victim(victim),
             ratio: live.len() as f64 / invalid as f64,
             live,
             next: 0,
@@ -189,18 +226,22 @@ impl LogEngine {
         }))
     }
 
-    /// Copy the next still-live blocks of the victim (at most `max`, one batch) to the GC
-    /// frontier. Returns how many were copied.
+    /// Copy the next still-live blocks of the work (at most `max`, one batch) to the GC
+    /// frontier. Returns how many were copied. A compaction stops early (the copies so far
+    /// are logged by `finish`) once free zones are down to `gc_start_zones`.
     fn copy_batch(&self, work: &mut GcWork, max: u64) -> Result<u64, EngineError> {
         let limit = max.min(self.batch() as u64) as usize;
-        // Positions in `live` of the next entries the index still maps to the victim.
+        // Positions in `live` of the next entries the index still maps where they were.
         let picks: Vec<usize> = {
             let st = self.state.lock();
-            let l = &self.layout;
+            if matches!(work.source, Source::Page(_)) && !self.compaction_room(&st) {
+                work.next = work.live.len();
+                return Ok(0);
+            }
             (work.next..work.live.len())
                 .filter(|&i| {
-                    let (lba, off) = work.live[i];
-                    st.index.get(lba) == Some(l.pba(work.victim, off))
+                    let (lba, from) = work.live[i];
+                    st.index.get(lba) == Some(from)
                 })
                 .take(limit)
                 .collect()
@@ -209,13 +250,13 @@ impl LogEngine {
             work.next = work.live.len();
             return Ok(0);
         };
-        let batch: Vec<(Lba, u32)> = picks.iter().map(|&i| work.live[i]).collect();
+        let batch: Vec<(Lba, Pba)> = picks.iter().map(|&i| work.live[i]).collect();
         let lbas: Vec<Lba> = batch.iter().map(|&(l, _)| l).collect();
         let gc_slot = self.state.lock().zones.gc_slot();
         let (zone, off, k) = self.place(gc_slot, &lbas)?;
         let batch = &batch[..k as usize];
         let mut buf = vec![0u8; batch.len() * BLOCK];
-        self.read_victim(work.victim, batch, &mut buf)?;
+        self.read_blocks(batch, &mut buf)?;
         self.dev(self.dev.write_at(&buf, self.layout.zone_offset(zone, off)))?;
         for (i, &(lba, from)) in batch.iter().enumerate() {
             let to = self.layout.pba(zone, off + i as u32);
@@ -226,29 +267,57 @@ impl LogEngine {
         } else {
             last + 1
         };
-        self.stats.gc_blocks.fetch_add(k as u64, Ordering::Relaxed);
+        let counter = match work.source {
+            Source::Victim(_) => &self.stats.gc_blocks,
+            Source::Page(_) => &self.stats.compact_blocks,
+        };
+        counter.fetch_add(k as u64, Ordering::Relaxed);
         Ok(k as u64)
     }
 
-    /// Every live block is copied: flush the copies, log `Move` for those still live and
-    /// `ZoneFree`, write the log and flush, then reset the victim.
+    /// Every live block is copied: flush the copies, log `Move` for those still live; for a
+    /// victim, `ZoneFree`, write the log and flush, then reset it; for a compaction, write
+    /// the log (its old copies stay until their zones are freed, which syncs it first).
     fn finish(&self, work: GcWork) -> Result<(), EngineError> {
-        let victim = work.victim;
-        // The copies are durable before any record names them (Move is trusted at replay).
-        self.dev_flush()?;
+        if matches!(work.source, Source::Victim(_)) || !work.copied.is_empty() {
+            // The copies are durable before any record names them (Move is trusted at
+            // replay); and for a victim, so are the user writes that invalidated its other
+            // blocks before `ZoneFree` can be: were they lost to a power cut after it, replay
+            // would drop their `Append`s and map those blocks into a free zone again (the
+            // power-cut test fails without it, even for a victim with nothing to copy).
+            self.dev_flush()?;
+        }
         let moves = {
-            let st = self.state.lock();
+            let mut st = self.state.lock();
             let still: Vec<(Lba, Pba)> = work
                 .copied
                 .iter()
-                .filter(|&&(lba, from, _)| st.index.get(lba) == Some(self.layout.pba(victim, from)))
+                .filter(|&&(lba, from, _)| st.index.get(lba) == Some(from))
                 .map(|&(lba, _, to)| (lba, to))
                 .collect();
+            if matches!(work.source, Source::Victim(_)) {
+                // A victim's copies join the runs of other pages' blocks: look at those
+                // pages again when idle.
+                for &(lba, _) in &still {
+                    st.compact.mark(super::layout::Layout::page_of(lba).0);
+                }
+            }
             move_records(&self.layout, &still)
         };
+        let mut last = None;
         for m in moves {
-            self.log_op(m)?;
+            last = Some(self.log_op(m)?);
         }
+        let victim = match work.source {
+            Source::Victim(v) => v,
+            Source::Page(_) => {
+                self.stats.compact_pages.fetch_add(1, Ordering::Relaxed);
+                if let Some(seq) = last {
+                    self.log_sync(seq + 1, false)?;
+                }
+                return Ok(());
+            }
+        };
         self.log_op(LogRec::ZoneFree { zone: victim })?;
         // ZoneFree durable (and every record naming the victim before it) before the reset.
         self.sync_all()?;
@@ -314,20 +383,15 @@ impl LogEngine {
         Ok(out)
     }
 
-    /// Read the victim's blocks `batch` (runs of consecutive offsets at once) into `buf`.
-    fn read_victim(
-        &self,
-        victim: ZoneId,
-        batch: &[(Lba, u32)],
-        buf: &mut [u8],
-    ) -> Result<(), EngineError> {
+    /// Read the blocks `batch` (runs of consecutive device blocks at once) into `buf`.
+    fn read_blocks(&self, batch: &[(Lba, Pba)], buf: &mut [u8]) -> Result<(), EngineError> {
         let mut i = 0;
         while i < batch.len() {
             let mut j = i + 1;
-            while j < batch.len() && batch[j].1 == batch[j - 1].1 + 1 {
+            while j < batch.len() && batch[j].1 .0 == batch[j - 1].1 .0 + 1 {
                 j += 1;
             }
-            let at = self.layout.zone_offset(victim, batch[i].1);
+            let at = batch[i].1 .0 as u64 * BLOCK as u64;
             self.dev(self.dev.read_at(&mut buf[i * BLOCK..j * BLOCK], at))?;
             i = j;
         }

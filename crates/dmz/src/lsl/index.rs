@@ -160,6 +160,36 @@ impl Index {
         })
     }
 
+    /// Page `p`'s mapped blocks in logical order, and its extents: runs of mapped blocks
+    /// whose device block is their logical block plus one constant (a hole between two
+    /// blocks of one run does not break it).
+    pub fn page_blocks(&self, p: PageId) -> (Vec<(Lba, Pba)>, u32) {
+        let Some(pg) = self.pages.get(p.idx()).and_then(|pg| pg.as_ref()) else {
+            return (Vec::new(), 0);
+        };
+        let first = p.0 as usize * ENTRIES;
+        let mut blocks = Vec::with_capacity(pg.mapped as usize);
+        let mut extents = 0;
+        let mut delta = None;
+        for (i, &v) in pg.entries.iter().enumerate() {
+            if v == NONE {
+                continue;
+            }
+            let d = v as i64 - (first + i) as i64;
+            if delta != Some(d) {
+                extents += 1;
+                delta = Some(d);
+            }
+            blocks.push((Lba((first + i) as u32), Pba(v)));
+        }
+        (blocks, extents)
+    }
+
+    /// Pages in the index (mapped or not).
+    pub fn nr_pages(&self) -> u32 {
+        self.pages.len() as u32
+    }
+
     /// Resident pages and their bytes.
     pub fn resident_bytes(&self) -> u64 {
         self.pages.iter().flatten().count() as u64 * BLOCK as u64

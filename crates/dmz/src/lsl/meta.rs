@@ -2,9 +2,10 @@
 //! metadata log buffer, clock and checkpoint generation. Every change goes through a record
 //! ([`Meta::apply`]), the same function on the live path and at replay.
 
-use crate::engine::ids::{Lba, ZoneId, BLOCK};
+use crate::engine::ids::{Lba, PageId, ZoneId, BLOCK};
 use crate::engine::meta::log::LogBuf;
 
+use super::compact::PageSet;
 use super::gc::GcWork;
 use super::index::Index;
 use super::layout::{Layout, Pba, ENTRIES};
@@ -34,6 +35,9 @@ pub(crate) struct Meta {
     /// The GC victim being emptied, and the blocks of copying user writes owe it.
     pub gc: Option<GcWork>,
     pub gc_debt: f64,
+    /// The pages idle compaction looks at next (`compact.rs`): those user writes and GC
+    /// copies changed since.
+    pub compact: PageSet,
 }
 
 impl Meta {
@@ -53,6 +57,7 @@ impl Meta {
                         self.remap(Lba(lba.0 + i as u32), Some(to), seq, ctx);
                     }
                 }
+                self.compact.mark_blocks(lba, crcs.len() as u32);
                 self.clock += crcs.len() as u64;
                 self.zones.get_mut(zone).last_append = self.clock;
             }
@@ -119,6 +124,15 @@ impl Meta {
         }
         if let Some(t) = to {
             self.zones.get_mut(self.layout.zone_of(t).0).valid += 1;
+        }
+    }
+
+    /// Every page that maps a block, for compaction to look at (at open).
+    pub fn mark_mapped_pages(&mut self) {
+        for p in 0..self.index.nr_pages() {
+            if self.index.has_page(PageId(p)) {
+                self.compact.mark(PageId(p));
+            }
         }
     }
 

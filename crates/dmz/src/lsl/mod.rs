@@ -11,7 +11,9 @@
 //! - `meta`: the one owner of the state (index, zones, log buffer) and `Meta::apply`;
 //! - [`check`]: `zonedd check` for this layout (what open verifies, reading only);
 //! - `io`: reads, writes, discards and frontier placement; `durable`: the log writer (group
-//!   commit), flush and checkpoint; `gc`: garbage collection; `open`: format, load, replay.
+//!   commit), flush and checkpoint; `gc`: garbage collection; `compact`: idle compaction by
+//!   logical range; `background`: the thread that runs both off the request path; `open`:
+//!   format, load, replay.
 //!
 //! Locks, in the order they are taken: `planned` (the blocks of planned writes in flight, `plan`),
 //! a user frontier's turn (one write on that frontier at a time, from placing to logging; a planned
@@ -26,11 +28,14 @@
 //! longer than the reads, though: while the queue thread is in a blocking flush it reaps no
 //! read completion, and the reset (and GC, holding `wlock`) waits for that flush too.
 //!
-//! Not in this slice: paging the index (every page is resident), stream and hot/cold user frontiers
-//! (user writes go to any free user frontier), GC on a worker thread and its pacing, extents in the
-//! directory.
+//! The background thread's mutex is innermost (a writer takes it under `state` to wake it).
+//!
+//! Not in this slice: paging the index (every page is resident), stream and hot/cold user
+//! frontiers (user writes go to any free user frontier), extents in the directory.
 
+mod background;
 pub mod check;
+mod compact;
 mod durable;
 mod gc;
 mod index;
@@ -44,11 +49,13 @@ mod zones;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use zbd::ZonedDevice;
 
 pub use crate::engine::EngineError;
+pub use background::Phase;
 pub use layout::{FormatOptions, DEFAULT_USER_FRONTIERS};
 pub use open::{debug_reseal, format, is_log_layout};
 pub use plan::{LogReadPlan, LogSyncPlan, LogWrite, LogWritePlan};
@@ -71,6 +78,15 @@ pub struct LogOptions {
     pub gc_batch_blocks: u32,
     /// Checkpoint when the current log half is this full (percent), or has no room.
     pub checkpoint_pct: u64,
+    /// The background thread (`start_background`) also runs GC below this many free zones
+    /// when the best victim is at least half invalid.
+    pub gc_high_zones: u32,
+    /// The background thread compacts only after this long without a read, write or
+    /// discard.
+    pub idle_period: Duration,
+    /// Idle compaction rewrites an index page whose mapped blocks form more extents than
+    /// this (and than the zones they would span rewritten).
+    pub compact_min_extents: u32,
 }
 
 impl Default for LogOptions {
@@ -81,6 +97,9 @@ impl Default for LogOptions {
             gc_reserve_zones: 1,
             gc_batch_blocks: IO_BATCH_BLOCKS,
             checkpoint_pct: 90,
+            gc_high_zones: 12,
+            idle_period: Duration::from_secs(2),
+            compact_min_extents: 2,
         }
     }
 }
@@ -104,6 +123,15 @@ pub struct LogStats {
     pub gc_forced_victims: u64,
     pub gc_runs_without_victim: u64,
     pub write_amplification: f64,
+    /// Idle compaction: pages rewritten in logical order and their blocks, pages still to
+    /// look at, and the background thread's phase and wake-ups.
+    pub compact_pages: u64,
+    pub compact_blocks: u64,
+    pub compact_marked_pages: u64,
+    /// Fragmented pages left as they are: more blocks than the room GC keeps.
+    pub compact_skipped_pages: u64,
+    pub background: &'static str,
+    pub background_wakeups: u64,
     pub checkpoints: u64,
     pub log_blocks_written: u64,
     pub device_flushes: u64,
@@ -134,6 +162,10 @@ struct Counters {
     gc_paced: AtomicU64,
     gc_forced: AtomicU64,
     gc_no_victim: AtomicU64,
+    compact_pages: AtomicU64,
+    compact_blocks: AtomicU64,
+    compact_started: AtomicU64,
+    compact_skipped: AtomicU64,
     checkpoints: AtomicU64,
     log_blocks: AtomicU64,
     dev_flushes: AtomicU64,
@@ -173,6 +205,14 @@ pub struct LogEngine {
     reset: Arc<RwLock<()>>,
     failed: Mutex<Option<String>>,
     stats: Counters,
+    /// The background thread (GC to its watermark, idle compaction).
+    bg: Arc<background::Background>,
+}
+
+impl Drop for LogEngine {
+    fn drop(&mut self) {
+        self.stop_background();
+    }
 }
 
 impl LogEngine {
@@ -234,8 +274,14 @@ impl LogEngine {
             write_amplification: if user == 0 {
                 0.0
             } else {
-                (user + gc) as f64 / user as f64
+                (user + gc + c(&self.stats.compact_blocks)) as f64 / user as f64
             },
+            compact_pages: c(&self.stats.compact_pages),
+            compact_blocks: c(&self.stats.compact_blocks),
+            compact_marked_pages: st.compact.len() as u64,
+            compact_skipped_pages: c(&self.stats.compact_skipped),
+            background: self.bg.phase().name(),
+            background_wakeups: self.bg.wakeups.load(Ordering::Relaxed),
             checkpoints: c(&self.stats.checkpoints),
             log_blocks_written: c(&self.stats.log_blocks),
             device_flushes: c(&self.stats.dev_flushes),

@@ -12,6 +12,7 @@ use super::layout::Pba;
 use crate::engine::ids::{PageId, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 use crate::engine::meta::log::{scan_half, LogBuf};
 
+use super::compact::PageSet;
 use super::index::Index;
 use super::layout::{
     conv_read, conv_write, decode_dir, decode_page, decode_sb, decode_zt, encode_dir, encode_sb,
@@ -190,6 +191,7 @@ pub(super) fn load(dev: &dyn ZonedDevice) -> Result<Loaded, EngineError> {
     let next_seq = replay(dev, &mut meta, &wps, &ck, &stats)?;
     check_mapped(&meta, &zones, &wps)?;
     meta.recount_valid();
+    meta.mark_mapped_pages();
     Ok(Loaded {
         layout,
         ck,
@@ -232,6 +234,7 @@ impl LogEngine {
             reset: Arc::new(RwLock::new(())),
             failed: Mutex::new(None),
             stats,
+            bg: Arc::default(),
         };
         {
             let _w = e.wlock.lock();
@@ -352,6 +355,7 @@ fn load_checkpoint(
         gen: ck.gen,
         gc: None,
         gc_debt: 0.0,
+        compact: PageSet::new(l.nr_pages),
     })
 }
 

@@ -1,0 +1,278 @@
+//! Idle compaction by logical range (docs/log-layout.md 5.5; docs/design.md, "Log layout"):
+//! GC copies a victim's live blocks in logical order, but a victim's blocks are a sparse
+//! random subset of the logical space, so data written randomly stays scattered and a
+//! sequential read of it seeks for every few blocks. When the volume is idle, the background
+//! thread (`background.rs`) rewrites each index page whose mapped blocks form more extents
+//! than `compact_min_extents` and than the zones they would span once rewritten, in logical
+//! order, into the GC frontier: pages taken in
+//! ascending order land one after the other, so the span reads sequentially again.
+//!
+//! A compaction is a [`GcWork`] whose source is a page: the same batches, the same flush
+//! before its `Move` records, the same rule that only copies still mapped where they were are
+//! moved. It takes `Meta::gc` like a victim, so no victim is chosen while its copies are not
+//! logged. A page is compacted whole or not at all: it starts only when the GC frontier and
+//! the free zones above `gc_low_zones` (but one) hold all its blocks (the background thread
+//! runs GC first whenever free zones are below `gc_start_zones`), and a page larger than that
+//! room at `gc_start_zones` is skipped: compacted in parts, each part's GC would scatter the
+//! rest again, without end. Should writers take the room meanwhile, it stops early, logging
+//! what it copied, when free zones fall to `gc_low_zones`.
+
+use std::sync::atomic::Ordering;
+
+use crate::engine::ids::{Lba, PageId};
+
+use super::gc::GcWork;
+use super::layout::Layout;
+use super::meta::Meta;
+use super::{EngineError, LogEngine};
+
+/// The index pages to look at when the volume is next idle: those written since they were
+/// last looked at (and every mapped page after open), in a bit set scanned in ascending
+/// order from a cursor, so that pages compacted one after the other land one after the other.
+pub(crate) struct PageSet {
+    bits: Vec<u64>,
+    nr: u32,
+    cursor: u32,
+}
+
+impl PageSet {
+    pub fn new(nr_pages: u32) -> PageSet {
+        PageSet {
+            bits: vec![0; nr_pages.div_ceil(64) as usize],
+            nr: 0,
+            cursor: 0,
+        }
+    }
+
+    pub fn mark(&mut self, p: PageId) {
+        let (w, b) = (p.idx() / 64, p.idx() % 64);
+        if self.bits[w] & (1 << b) == 0 {
+            self.bits[w] |= 1 << b;
+            self.nr += 1;
+        }
+    }
+
+    /// Mark the pages of blocks `lba..lba + n`.
+    pub fn mark_blocks(&mut self, lba: Lba, n: u32) {
+        if n == 0 {
+            return;
+        }
+        let first = Layout::page_of(lba).0;
+        let last = Layout::page_of(Lba(lba.0 + (n - 1))).0;
+        for p in first.0..=last.0 {
+            self.mark(PageId(p));
+        }
+    }
+
+    pub fn len(&self) -> u32 {
+        self.nr
+    }
+
+    /// Take the next marked page at or after the cursor (wrapping around).
+    pub fn take_next(&mut self) -> Option<PageId> {
+        if self.nr == 0 {
+            return None;
+        }
+        let words = self.bits.len();
+        let start = self.cursor as usize / 64;
+        for k in 0..=words {
+            let w = (start + k) % words;
+            let mut word = self.bits[w];
+            if k == 0 {
+                // Bits below the cursor in its own word come last (k == words).
+                word &= !0u64 << (self.cursor % 64);
+            } else if k == words {
+                word = self.bits[w] & !(!0u64 << (self.cursor % 64));
+            }
+            if word != 0 {
+                let b = word.trailing_zeros() as usize;
+                self.bits[w] &= !(1 << b);
+                self.nr -= 1;
+                let p = (w * 64 + b) as u32;
+                self.cursor = p + 1;
+                if self.cursor as usize >= words * 64 {
+                    self.cursor = 0;
+                }
+                return Some(PageId(p));
+            }
+        }
+        None
+    }
+}
+
+/// What compaction has to do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Compaction {
+    /// No page is marked.
+    Nothing,
+    /// A marked page is fragmented, but free zones are down to `gc_start_zones`.
+    NoRoom,
+    /// A fragmented page is next.
+    Pending,
+    /// The pages looked at need nothing; more are marked.
+    Scanning,
+}
+
+impl LogEngine {
+    /// Whether a compaction may take another block of the GC frontier: free zones above
+    /// `gc_low_zones`, so that no frontier waits for a whole victim because of it (the
+    /// background thread runs GC first whenever they are below `gc_start_zones`).
+    pub(super) fn compaction_room(&self, st: &Meta) -> bool {
+        st.zones.nr_free() > self.opts.gc_low_zones
+    }
+
+    /// The most zones `n` consecutive blocks of a frontier can span: a compacted page is as
+    /// many extents (a zone's summary blocks break the run).
+    fn zones_spanned(&self, n: usize) -> u32 {
+        let data = self.layout.data_blocks() as usize;
+        match n {
+            0 => 0,
+            n => 1 + (n - 1).div_ceil(data) as u32,
+        }
+    }
+
+    /// Blocks a compaction may copy now with `free` free zones: the GC frontier's room and
+    /// that of the free zones above `gc_low_zones` but one.
+    fn room_blocks(&self, st: &mut Meta, free: u32) -> u64 {
+        let data = self.layout.data_blocks();
+        let slot = st.zones.gc_slot();
+        let frontier = st.zones.frontier(slot).as_ref().map_or(0, |f| data - f.wp);
+        let zones = free.saturating_sub(self.opts.gc_low_zones + 1);
+        frontier as u64 + zones as u64 * data as u64
+    }
+
+    /// What to do with marked page `p` (taken from the set): `Some(blocks)` to compact it
+    /// now; otherwise it is put back (no room now, but there will be once GC has restored
+    /// `gc_start_zones`: [`Compaction::NoRoom`]) or dropped (it needs no compaction, or is
+    /// more than that room: compacting it in parts would only scatter it again).
+    fn look_at(
+        &self,
+        st: &mut Meta,
+        p: PageId,
+    ) -> Result<Vec<(Lba, super::layout::Pba)>, Compaction> {
+        let (blocks, extents) = st.index.page_blocks(p);
+        if extents
+            <= self
+                .opts
+                .compact_min_extents
+                .max(self.zones_spanned(blocks.len()))
+        {
+            return Err(Compaction::Scanning);
+        }
+        let n = blocks.len() as u64;
+        let free = st.zones.nr_free();
+        if n <= self.room_blocks(st, free) {
+            return Ok(blocks);
+        }
+        if n <= self.room_blocks(st, free.max(self.opts.gc_start_zones)) {
+            // Back at the cursor: the next `take_next` returns it.
+            st.compact.mark(p);
+            st.compact.cursor = p.0;
+            return Err(Compaction::NoRoom);
+        }
+        self.stats.compact_skipped.fetch_add(1, Ordering::Relaxed);
+        Err(Compaction::Scanning)
+    }
+
+    /// Drop the marked pages that need no compaction (at most `budget` looked at), and say
+    /// what is left: a page to compact now stays marked (at the cursor) for
+    /// [`LogEngine::compact_next`].
+    pub(super) fn compaction_due(&self, budget: u32) -> Compaction {
+        let mut st = self.state.lock();
+        for _ in 0..budget {
+            let Some(p) = st.compact.take_next() else {
+                return Compaction::Nothing;
+            };
+            match self.look_at(&mut st, p) {
+                Ok(_) => {
+                    st.compact.mark(p);
+                    st.compact.cursor = p.0;
+                    return Compaction::Pending;
+                }
+                Err(Compaction::Scanning) => {}
+                Err(other) => return other,
+            }
+        }
+        if st.compact.len() == 0 {
+            Compaction::Nothing
+        } else {
+            Compaction::Scanning
+        }
+    }
+
+    /// Start compacting the next marked page that needs it (the caller holds `wlock` and no
+    /// GC work is in progress): false when there is none, or no room for it.
+    pub(super) fn compact_next(&self) -> bool {
+        let mut st = self.state.lock();
+        debug_assert!(st.gc.is_none());
+        if st.gc.is_some() {
+            return false;
+        }
+        while let Some(p) = st.compact.take_next() {
+            match self.look_at(&mut st, p) {
+                Ok(live) => {
+                    st.gc = Some(GcWork::compaction(p, live));
+                    return true;
+                }
+                Err(Compaction::Scanning) => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// Test hook: compact every marked page that needs it now, as an idle volume does
+    /// (stopping where free zones run down to `gc_low_zones`; no GC in between). Returns
+    /// the pages compacted.
+    #[doc(hidden)]
+    pub fn debug_compact(&self) -> Result<u64, EngineError> {
+        self.check_failed()?;
+        let before = self.stats.compact_pages.load(Ordering::Relaxed);
+        loop {
+            let _w = self.wlock.lock();
+            if self.state.lock().gc.is_some() {
+                self.gc_one()?;
+                continue;
+            }
+            if !self.compact_next() {
+                break;
+            }
+            self.gc_one()?;
+        }
+        Ok(self.stats.compact_pages.load(Ordering::Relaxed) - before)
+    }
+
+    /// Test hook: the extents of each mapped page (1: one run on the device).
+    #[doc(hidden)]
+    pub fn debug_page_extents(&self) -> Vec<u32> {
+        let st = self.state.lock();
+        (0..st.index.nr_pages())
+            .map(|p| st.index.page_blocks(PageId(p)).1)
+            .filter(|&e| e > 0)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PageSet;
+    use crate::engine::ids::{Lba, PageId};
+
+    #[test]
+    fn pages_come_back_in_ascending_order_from_the_cursor() {
+        let mut s = PageSet::new(200);
+        for p in [3, 150, 64, 63, 199] {
+            s.mark(PageId(p));
+        }
+        s.mark(PageId(3));
+        assert_eq!(s.len(), 5);
+        s.cursor = 64;
+        let got: Vec<u32> = std::iter::from_fn(|| s.take_next()).map(|p| p.0).collect();
+        assert_eq!(got, vec![64, 150, 199, 3, 63]);
+        assert_eq!(s.len(), 0);
+        s.mark_blocks(Lba(1019), 2);
+        assert_eq!(s.take_next(), Some(PageId(0)));
+        assert_eq!(s.take_next(), Some(PageId(1)));
+        assert_eq!(s.take_next(), None);
+    }
+}

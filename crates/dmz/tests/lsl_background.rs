@@ -1,0 +1,129 @@
+//! The log layout's background thread (`LogEngine::start_background`): idle compaction makes
+//! randomly written data one run per page again (and the data reads back, before and after
+//! a reopen), GC drains to its watermark with no writer, and a sleeping thread is woken only
+//! for work, once.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::lsl::*;
+use common::*;
+use dmz::lsl::{LogEngine, LogOptions, Phase};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use zbd::ZonedDevice;
+
+/// Compaction after 10 ms without I/O (tests wait for the thread, never for time).
+fn opts() -> LogOptions {
+    LogOptions {
+        idle_period: Duration::from_millis(10),
+        ..lsl_test_opts()
+    }
+}
+
+fn open(dev: Arc<dyn ZonedDevice>) -> Arc<LogEngine> {
+    Arc::new(LogEngine::open(dev, opts()).expect("open"))
+}
+
+/// Blocks `0..span` written in order, then `n` random 1-block overwrites; the model.
+fn scatter(e: &LogEngine, span: u64, n: usize, seed: u64) -> LModel {
+    let mut m = LModel::new(e);
+    let mut id = 1;
+    for s in (0..span).step_by(64) {
+        m.write(e, s, 64.min(span - s), id, false);
+        id += 1;
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    for _ in 0..n {
+        m.write(e, rng.gen_range(0..span), 1, id, false);
+        id += 1;
+    }
+    m
+}
+
+#[test]
+fn idle_compaction_makes_each_page_one_run_again() {
+    // 64 zones of 1 MiB, 4 conventional: about 14 index pages exposed.
+    let dev = formatted_lsl(1024, 64, 4, 64);
+    let e = open(dev.clone());
+    let span = 4 * 1020;
+    let m = scatter(&e, span, 3000, 7);
+    let before = e.debug_page_extents();
+    assert!(
+        before.iter().any(|&x| x > 100),
+        "random overwrites should scatter the pages: {before:?}"
+    );
+    e.start_background().unwrap();
+    e.debug_wait_background();
+    let s = e.stats();
+    assert_eq!(e.background_phase(), Phase::Asleep, "{s:?}");
+    assert_eq!(s.compact_marked_pages, 0);
+    // A page (1,020 blocks) rewritten in one run spans at most 5 of these zones (255 data
+    // blocks each, then the summary), so at most 5 extents.
+    let after = e.debug_page_extents();
+    assert!(
+        after.iter().all(|&x| x <= 5),
+        "pages still scattered after compaction: {after:?} (before {before:?})"
+    );
+    assert!(s.compact_pages >= 4, "{s:?}");
+    e.debug_check().unwrap();
+    m.verify(&e);
+    e.stop_background();
+    let e = Arc::try_unwrap(e)
+        .ok()
+        .expect("the thread let go of the engine");
+    e.close().unwrap();
+    let e = lopen(dev);
+    e.debug_check().unwrap();
+    m.verify(&e);
+    assert_eq!(e.debug_page_extents(), after);
+}
+
+#[test]
+fn gc_drains_to_its_watermark_without_a_writer() {
+    // 24 zones of 256 KiB (63 data blocks), 4 conventional: random overwrites of the whole
+    // exposed span leave free zones below `gc_start_zones`.
+    let dev = formatted_lsl(256, 24, 4, 48);
+    let e = open(dev.clone());
+    let blocks = e.capacity() / BS as u64;
+    let m = scatter(&e, blocks, 2000, 3);
+    let s0 = e.stats();
+    assert!(
+        s0.zones_free < lsl_test_opts().gc_start_zones as u64,
+        "the test needs GC due: {s0:?}"
+    );
+    e.start_background().unwrap();
+    e.debug_wait_background();
+    let s = e.stats();
+    assert!(
+        s.gc_zones_freed > s0.gc_zones_freed,
+        "no zone freed without a writer: {s:?}"
+    );
+    assert!(
+        s.zones_free >= lsl_test_opts().gc_start_zones as u64,
+        "GC stopped below its watermark: {s:?}"
+    );
+    e.debug_check().unwrap();
+    m.verify(&e);
+}
+
+#[test]
+fn a_write_wakes_the_sleeping_thread_once() {
+    let dev = formatted_lsl(1024, 64, 4, 64);
+    let e = open(dev);
+    e.start_background().unwrap();
+    // Nothing mapped: the thread goes to sleep without a timeout.
+    e.debug_wait_background();
+    assert_eq!(e.background_phase(), Phase::Asleep);
+    let w0 = e.stats().background_wakeups;
+    // A write marks its page: one wake-up to start the wait for idle, one when the idle
+    // period ends; the page is one run, so nothing to copy, and asleep again.
+    lwrite(&e, 0, 16, 1, false);
+    e.debug_wait_background();
+    let s = e.stats();
+    assert_eq!(e.background_phase(), Phase::Asleep, "{s:?}");
+    assert_eq!(s.background_wakeups - w0, 2, "{s:?}");
+    assert_eq!(s.compact_pages, 0);
+}
