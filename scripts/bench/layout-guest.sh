@@ -5,7 +5,7 @@
 # in one boot: sustained 4 KiB random
 # writes at QD16 over a 1 GiB span that was first written sequentially (so that the log
 # layout's GC and the v2 layout's reclaim both run), then 4 KiB random reads of that span
-# and a sequential 1 MiB read of it; the raw device's sequential-zone write rate for the
+# and a sequential 1 MiB read of it, again once the engine has settled; the raw device's sequential-zone write rate for the
 # issue's ratio. One line per job, the engine counters, fio JSON in $OUT (default
 # $VM_SCRATCH). Run it as a scenario:
 #   scripts/vm-test.sh scripts/bench/layout-guest.sh
@@ -15,7 +15,10 @@
 #   /pool serves the volume with ZONEDD_HOP_FREE_WRITES=0, every write through the pool, and
 #   /ring with ZONEDD_HOP_FREE_WRITES=1, hop-free writes on (the log layout's default is off),
 #   /poolreads with ZONEDD_HOP_FREE_READS=0, every read through the pool;
-#   ZONEDD_VM_LAYOUT_DEVICE=hdd puts them on the hdd timing model instead of null_blk)
+#   ZONEDD_VM_LAYOUT_DEVICE=hdd puts them on the hdd timing model instead of null_blk;
+#   ZONEDD_VM_LAYOUT_SETTLE_CAP, default 600 s: after the reads, wait until the engine's
+#   GC / reclaim / compaction counters stop changing for 15 s, at most that long, and read
+#   the span sequentially again; 0 skips it)
 # vm-timeout: 2400
 # vm-memory: 4G
 set -euo pipefail
@@ -28,6 +31,7 @@ list=${ZONEDD_VM_LAYOUT_LIST:-log dm-zoned}
 out=${OUT:-$VM_SCRATCH}
 mkdir -p "$out"
 zmb=${ZONEDD_VM_LAYOUT_ZONE_MB:-16}
+settle_cap=${ZONEDD_VM_LAYOUT_SETTLE_CAP:-600}
 conv_mb=${ZONEDD_VM_LAYOUT_CONV_MB:-128}
 # ZONEDD_VM_LAYOUT_DEVICE=hdd: an emulated SMR image served by `zonedd expose --timing hdd`
 # (docs/hdd-model.md) instead of the memory null_blk.
@@ -85,6 +89,27 @@ run() { # run NAME LAYOUT[:USER_FRONTIERS][/pool|/ring]
         --ioengine=libaio --size=1024M --runtime=30 --eta=never --output-format=json \
         --output="$f" >/dev/null
     echo "layout: $name seqread 1M: $(line "$f" read)"
+    if [ "$settle_cap" -gt 0 ]; then
+        # Until GC / reclaim and the log layout's idle compaction are done: the engine's
+        # counters unchanged for 15 s (more than either layout's idle period), at most
+        # settle_cap seconds; then the same sequential read again.
+        local t0=$SECONDS fp last="" since=$SECONDS
+        while ((SECONDS - t0 < settle_cap)); do
+            fp=$("$Z" status "$id" --json | python3 -c 'import json,sys
+e = json.load(sys.stdin)["engine"]
+print([e.get(k) for k in ["zones_free", "gc_zones_freed", "gc_blocks_copied", "compact_pages",
+       "compact_blocks", "background", "reclaim_zones", "reclaim_blocks_copied", "reclaim_state"]])')
+            [ "$fp" = "$last" ] || { last=$fp; since=$SECONDS; }
+            ((SECONDS - since >= 15)) && break
+            sleep 1
+        done
+        echo "layout: $name settled in $((since - t0)) s (cap ${settle_cap} s): $fp"
+        f=$out/$name-seqread-settled.json
+        fio --name="$name" --filename="$bdev" --direct=1 --rw=read --bs=1M --iodepth=8 \
+            --ioengine=libaio --size=1024M --runtime=30 --eta=never --output-format=json \
+            --output="$f" >/dev/null
+        echo "layout: $name seqread 1M after settling: $(line "$f" read)"
+    fi
     "$Z" status "$id" --json >"$out/$name-status.json"
     python3 -c 'import json,sys
 d = json.load(open(sys.argv[1]))
@@ -94,6 +119,7 @@ e["writes"] = d["frontend"]["writes"]
 for k in ["hop_free_handoffs", "hop_free_reads", "pool_reads"]:
     e[k] = d["frontend"].get(k, 0)
 keys = ["write_amplification", "gc_blocks_copied", "gc_zones_freed", "gc_paced_batches",
+        "compact_pages", "compact_blocks", "compact_skipped_pages", "background_wakeups",
         "gc_forced_victims", "reclaim_blocks_copied", "reclaim_zones", "log_blocks_written",
         "index_resident_bytes", "hop_free_writes", "hop_free_handoffs", "writes",
         "hop_free_reads", "pool_reads"]
