@@ -7,6 +7,8 @@
 #                with N user frontiers (`--user-frontiers N`; zd-log: the default, 4)
 #   zd-unbound8  zonedd's /dev/ublkbN, --pool unbound:8 (zd-unboundN: --pool unbound:N;
 #                zd-percpu-nobatch, zd-unboundN-nobatch: with ZONEDD_BATCH_SYNC=0)
+#   btrfs        btrfs in zoned mode straight on the zoned device, no translation layer (issue
+#                14's comparison; the xfs phase only, with btrfs in place of xfs)
 # on a zoned device that is either a memory null_blk (--device nullb, the default: CPU per
 # request) or an emulated SMR image served by `zonedd expose --timing hdd` (--device hdd: the HDD
 # timing model of docs/hdd-model.md, parameters overridable with --hdd-params "K=V ..."),
@@ -184,6 +186,7 @@ target_up() {
     fresh_backing || return 1
     case $t in
     raw) DEV=$NB ;;
+    btrfs) modprobe btrfs && DEV=$NB ;;
     dm)
         zd_format || return 1
         nr=$("$Z" check "$NB" --json | jq -er .summary.nr_chunks) || return 1
@@ -247,7 +250,7 @@ fingerprint() {
     case $1 in
     dm) dmsetup status "$DM_NAME" 2>/dev/null | cut -d' ' -f4- ;;
     zd-log*) "$Z" status "$ZD_ID" --json 2>/dev/null |
-        jq -c '.engine | [.zones_free, .gc_zones_freed, .gc_blocks_copied, .checkpoints]' ;;
+        jq -c '.engine | [.zones_free, .gc_zones_freed, .gc_blocks_copied, .checkpoints, .compact_pages, .compact_blocks]' ;;
     zd-*) "$Z" status "$ZD_ID" --json 2>/dev/null |
         jq -c '.engine | [.reclaim_state, .zones_free, .zones_buffer, .zones_pending_free, .reclaim_zones, .reclaim_blocks_copied]' ;;
     esac
@@ -399,7 +402,9 @@ fs_phase() { # fs_phase TARGET RUN
         return 1
     }
     mkdir -p "$OUT/$t"
-    mkfs.xfs -q -f "$DEV" && mount "$DEV" "$MNT" || {
+    local fs=xfs
+    [ "$t" = btrfs ] && fs=btrfs
+    "mkfs.$fs" -q -f "$DEV" >/dev/null && mount -t "$fs" "$DEV" "$MNT" || {
         rec "$t" fs_phase "error(mkfs/mount)" "-"
         target_down "$t"
         return 1
@@ -418,6 +423,19 @@ fs_phase() { # fs_phase TARGET RUN
         fi
     fi
     rm -rf "$MNT/clients"
+    # write+fsync on a file: 4 KiB appends, fsync after each (the filesystem's journal or
+    # log and the device's flush on every write).
+    log "$t: 4 KiB writes + fsync to a file, $T_FSYNC s"
+    if timeout -k 10 $((T_FSYNC + MARGIN)) fio --name=fsync --directory="$MNT" --filename=fsync.f \
+        --size=256M --rw=write --bs=4k --iodepth=1 --fsync=1 --ioengine=psync \
+        --runtime="$T_FSYNC" --time_based --output-format=json --output="$OUT/$t/fsync-file.json" \
+        >"$OUT/$t/fsync-file.log" 2>&1; then
+        rec_run "$t" "$run" file_fsync_iops "$(jq -r '.jobs[0].write.iops | round' "$OUT/$t/fsync-file.json")" IOPS
+        rec_run "$t" "$run" file_fsync_p99_us "$(jq -r '.jobs[0].sync.lat_ns.percentile["99.000000"] // .jobs[0].write.clat_ns.percentile["99.000000"] | . / 1000 | round' "$OUT/$t/fsync-file.json")" us
+    else
+        rec_run "$t" "$run" file_fsync_iops error -
+    fi
+    rm -f "$MNT/fsync.f"
     sync
     # Fill to FILL_PCT % with 32 MiB files, then random 4 KiB overwrites inside them.
     bytes=$(blockdev --getsize64 "$DEV")
@@ -490,7 +508,7 @@ fs_phase() { # fs_phase TARGET RUN
 t_all=$(now)
 case " $PHASES " in *" block "*)
     for t in $TARGETS; do
-        block_phase "$t"
+        [ "$t" = btrfs ] || block_phase "$t"
     done
     ;;
 esac

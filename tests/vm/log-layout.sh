@@ -4,7 +4,8 @@
 # every checksum matches, `xfs_repair -n` clean; delete and create again (the volume reopens
 # from its checkpoint) and the files still match; then 4 KiB random writes at QD16 (fio
 # verify data) survive kill -9 of the daemon and `zonedd recover`, read back on the queue
-# rings (hop-free reads). `zonedd check` reads the
+# rings (hop-free reads), and read back again once idle compaction has rewritten them in
+# logical order. `zonedd check` reads the
 # fresh volume clean, and dmzadm --check refuses it without writing. Not here: the kernel's
 # dm-zoned on the volume. 6.12's dm-zoned oopses (NULL dereference in dmz_ctr_metadata) on
 # any device whose first superblock lacks its magic when no secondary is found, a zeroed
@@ -158,6 +159,30 @@ f = json.load(sys.stdin)["frontend"]
 print(f["hop_free_reads"], f["reads"])')"
 echo "hop-free reads: $hfr of $reads"
 [ "$hfr" -gt 0 ] || vm_fail "no hop-free read on the log layout ($reads reads)"
+
+vm_step "idle compaction rewrites the randomly written pages in order, data intact"
+# The recovered daemon marks every mapped page; 2 s after the last I/O its background thread
+# compacts the 32 MiB that fio scattered (8 index pages), then sleeps without a timeout.
+compaction() {
+    "$Z" status "$id" --json | python3 -c 'import json,sys
+e = json.load(sys.stdin)["engine"]
+print(e["background"].replace(" ", "_"), e["compact_marked_pages"], e["compact_pages"], e["compact_blocks"])'
+}
+for ((i = 0; i < 240; i++)); do
+    read -r phase marked pages cblocks <<<"$(compaction)"
+    [ "$phase" = asleep ] && [ "$marked" = 0 ] && break
+    sleep 0.5
+done
+echo "compaction: background $phase, $marked pages to look at, $pages pages ($cblocks blocks) rewritten"
+[ "$phase" = asleep ] && [ "$marked" = 0 ] || vm_fail "compaction did not finish in 120 s"
+[ "$pages" -ge 8 ] || vm_fail "compaction rewrote $pages pages, fio scattered 8"
+fio --name=lsl --filename="$bdev" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
+    --iodepth=16 --offset=896M --size=32M --randseed=13 --verify=crc32c --verify_only \
+    --verify_fatal=1 --eta=never --output="$VM_SCRATCH/fio.verify2" || {
+    cat "$VM_SCRATCH/fio.verify2"
+    vm_fail "random writes differ after compaction"
+}
+"$Z" status "$id" | grep -E "^(compact|write amp)"
 mount "$bdev" "$mnt"
 sums "$mnt" | cmp - "$VM_SCRATCH/sums" || vm_fail "the files differ after kill -9 + recover"
 umount "$mnt"

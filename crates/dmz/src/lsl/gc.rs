@@ -383,17 +383,28 @@ impl LogEngine {
         Ok(out)
     }
 
-    /// Read the blocks `batch` (runs of consecutive device blocks at once) into `buf`.
+    /// Read the blocks `batch` into `buf` (block i of `buf` from `batch[i]`), in device order:
+    /// a victim's blocks are in that order already (runs of consecutive blocks read at once);
+    /// a compacted page's lie anywhere, and a disk then sweeps once instead of seeking to
+    /// and fro.
     fn read_blocks(&self, batch: &[(Lba, Pba)], buf: &mut [u8]) -> Result<(), EngineError> {
-        let mut i = 0;
-        while i < batch.len() {
-            let mut j = i + 1;
-            while j < batch.len() && batch[j].1 .0 == batch[j - 1].1 .0 + 1 {
+        let mut order: Vec<usize> = (0..batch.len()).collect();
+        order.sort_unstable_by_key(|&i| batch[i].1 .0);
+        let mut k = 0;
+        while k < order.len() {
+            // A run: consecutive on the device and in `buf`.
+            let i = order[k];
+            let mut j = k + 1;
+            while j < order.len()
+                && order[j] == order[j - 1] + 1
+                && batch[order[j]].1 .0 == batch[order[j - 1]].1 .0 + 1
+            {
                 j += 1;
             }
+            let n = j - k;
             let at = batch[i].1 .0 as u64 * BLOCK as u64;
-            self.dev(self.dev.read_at(&mut buf[i * BLOCK..j * BLOCK], at))?;
-            i = j;
+            self.dev(self.dev.read_at(&mut buf[i * BLOCK..(i + n) * BLOCK], at))?;
+            k = j;
         }
         Ok(())
     }
