@@ -26,6 +26,11 @@ use super::layout::Layout;
 use super::meta::Meta;
 use super::{EngineError, LogEngine};
 
+/// Most blocks a compaction copies under one hold of `wlock`: its blocks lie anywhere, so on
+/// a disk each is a seek (a 256-block GC batch of them took about 1.5 s of the hdd model),
+/// and a writer arriving while the volume was idle waits for the batch in progress.
+pub(super) const COMPACT_BATCH_BLOCKS: usize = 64;
+
 /// The index pages to look at when the volume is next idle: those written since they were
 /// last looked at (and every mapped page after open), in a bit set scanned in ascending
 /// order from a cursor, so that pages compacted one after the other land one after the other.

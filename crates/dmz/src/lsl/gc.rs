@@ -230,7 +230,11 @@ impl LogEngine {
     /// frontier. Returns how many were copied. A compaction stops early (the copies so far
     /// are logged by `finish`) once free zones are down to `gc_start_zones`.
     fn copy_batch(&self, work: &mut GcWork, max: u64) -> Result<u64, EngineError> {
-        let limit = max.min(self.batch() as u64) as usize;
+        let batch = match work.source {
+            Source::Victim(_) => self.batch(),
+            Source::Page(_) => self.batch().min(super::compact::COMPACT_BATCH_BLOCKS),
+        };
+        let limit = max.min(batch as u64) as usize;
         // Positions in `live` of the next entries the index still maps where they were.
         let picks: Vec<usize> = {
             let st = self.state.lock();
