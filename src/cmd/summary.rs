@@ -181,11 +181,16 @@ fn log_lines(e: &Value, line: &mut impl FnMut(&str, String)) {
             e.get("background").and_then(Value::as_str).unwrap_or("?")
         ),
     );
+    // With nothing written by users since the daemon started (GC or compaction may have
+    // copied all the same), there is no ratio.
+    let wa = match n("user_blocks_written") {
+        0 => "-".to_string(),
+        _ => format!("{:.2}", float(e, &["write_amplification"]).unwrap_or(0.0)),
+    };
     line(
         "write amp",
         format!(
-            "{:.2} ({} written by users, {} copied by GC, {} by compaction)",
-            float(e, &["write_amplification"]).unwrap_or(0.0),
+            "{wa} ({} written by users, {} copied by GC, {} by compaction)",
             blocks("user_blocks_written"),
             blocks("gc_blocks_copied"),
             blocks("compact_blocks")
@@ -655,6 +660,20 @@ pub(crate) mod tests {
         let before = json!({"reclaim_zones": 12, "reclaim_blocks_copied": 1000});
         let after = json!({"reclaim_zones": 15, "reclaim_blocks_copied": 1256});
         assert_eq!(reclaimed(&before, &after), (3, 256 * 4096));
+    }
+
+    /// A log-layout daemon that has only compacted since it started: no ratio to show.
+    #[test]
+    fn a_log_layout_volume_without_user_writes_has_no_write_amplification() {
+        let s = json!({"id": 0, "layout": "log (zonedd)",
+                       "engine": {"user_blocks_written": 0, "compact_blocks": 256,
+                                  "write_amplification": 0.0}});
+        let lines = summary(&s, None);
+        let wa = lines.iter().find(|l| l.starts_with("write amp")).unwrap();
+        assert_eq!(
+            wa,
+            "write amp - (0 B written by users, 0 B copied by GC, 1 MiB by compaction)"
+        );
     }
 
     /// A log-layout volume: its own zone, GC, write amplification and index lines, and none

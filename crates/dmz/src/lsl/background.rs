@@ -17,7 +17,7 @@
 //!    (timed) on GC need; stuck (GC and compaction can do nothing) on GC need once a zone's
 //!    worth of blocks was written since. An idle, clean volume makes no wakeup.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
@@ -69,8 +69,9 @@ impl Phase {
 #[derive(Default)]
 pub(super) struct Background {
     phase: AtomicU8,
-    /// The clock when the thread went `Stuck`.
+    /// The clock and the free zones when the thread went `Stuck`.
     stuck_clock: AtomicU64,
+    stuck_free: AtomicU32,
     /// Wake-ups of the thread (tests and status).
     pub wakeups: AtomicU64,
     mu: Mutex<BgState>,
@@ -140,19 +141,25 @@ impl Background {
 impl LogEngine {
     /// Start the background thread (GC to its watermark, idle compaction). It holds the
     /// engine only while it works; [`LogEngine::stop_background`] (or dropping the engine)
-    /// stops it.
+    /// stops it. Stop it before dropping the engine when the device is opened again next:
+    /// should the last other reference go while a pass holds one, the engine is dropped on
+    /// the thread at the pass's end, after the caller's drop returned.
     pub fn start_background(self: &Arc<Self>) -> Result<(), EngineError> {
         let mut g = self.bg.mu.lock();
         if g.handle.is_some() {
             return Ok(());
         }
+        g.stop = false;
         let weak: Weak<LogEngine> = Arc::downgrade(self);
         let bg = self.bg.clone();
         self.bg.set(Phase::Running);
         let h = std::thread::Builder::new()
             .name("lsl-background".into())
             .spawn(move || run(weak, bg))
-            .map_err(|e| EngineError::Meta(format!("spawn the log layout's GC thread: {e}")))?;
+            .map_err(|e| {
+                self.bg.set(Phase::Off);
+                EngineError::Meta(format!("spawn the log layout's GC thread: {e}"))
+            })?;
         g.handle = Some(h);
         Ok(())
     }
@@ -198,11 +205,14 @@ impl LogEngine {
         let kick = match self.bg.phase() {
             Phase::Asleep => gc_need() || st.compact.len() > 0,
             Phase::WaitingForIdle => gc_need(),
+            // GC may have work once a zone's worth of blocks is written; compaction once
+            // a zone is freed.
             Phase::Stuck => {
-                gc_need()
+                (gc_need()
                     && st.clock
                         >= self.bg.stuck_clock.load(Ordering::Relaxed)
-                            + self.layout.data_blocks() as u64
+                            + self.layout.data_blocks() as u64)
+                    || st.zones.nr_free() > self.bg.stuck_free.load(Ordering::Relaxed)
             }
             Phase::Running | Phase::Off => false,
         };
@@ -222,32 +232,38 @@ impl LogEngine {
     /// One pass of the thread; `idle_mark` is the activity count when the current wait for
     /// idle began.
     fn bg_pass(&self, idle_mark: &mut Option<u64>) -> Next {
+        // Records appended from here on are seen by the decision or undo it (`sleep`).
+        let seq = self.state.lock().log.next_seq;
         if self.check_failed().is_err() {
-            return self.sleep(Phase::Asleep);
+            return self.sleep(Phase::Asleep, None);
         }
         if self.gc_wanted() {
             let _w = self.wlock.lock();
             return match self.gc_step(self.opts.gc_batch_blocks.max(1) as u64) {
                 Ok(Step::Copied(_) | Step::Finished) => Next::Again,
-                Ok(Step::NoVictim) | Err(EngineError::NoSpace(_)) => self.sleep(Phase::Stuck),
+                Ok(Step::NoVictim) | Err(EngineError::NoSpace(_)) => {
+                    self.sleep(Phase::Stuck, Some(seq))
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "background GC failed");
-                    self.sleep(Phase::Asleep)
+                    self.sleep(Phase::Asleep, None)
                 }
             };
         }
         if self.state.lock().compact.len() == 0 {
-            return self.sleep(Phase::Asleep);
+            return self.sleep(Phase::Asleep, Some(seq));
         }
         let now = self.activity();
         if *idle_mark != Some(now) {
             *idle_mark = Some(now);
-            self.sleep(Phase::WaitingForIdle);
-            return Next::WaitIdle;
+            return match self.sleep(Phase::WaitingForIdle, Some(seq)) {
+                Next::Sleep => Next::WaitIdle,
+                again => again,
+            };
         }
         match self.compaction_due(256) {
-            Compaction::Nothing => self.sleep(Phase::Asleep),
-            Compaction::NoRoom => self.sleep(Phase::Stuck),
+            Compaction::Nothing => self.sleep(Phase::Asleep, Some(seq)),
+            Compaction::NoRoom => self.sleep(Phase::Stuck, Some(seq)),
             Compaction::Scanning => Next::Again,
             Compaction::Pending => {
                 let _w = self.wlock.lock();
@@ -271,10 +287,17 @@ impl LogEngine {
     }
 
     /// Set `phase` for the wait that follows, under `state`, so that a record appended after
-    /// the decision sees it (see [`LogEngine::nudge`]).
-    fn sleep(&self, phase: Phase) -> Next {
+    /// it sees it (see [`LogEngine::nudge`]); unless a record was appended since the decision
+    /// (`seq`, the log's next sequence number when the pass began): then decide again.
+    fn sleep(&self, phase: Phase, seq: Option<u64>) -> Next {
         let st = self.state.lock();
+        if seq.is_some_and(|s| st.log.next_seq != s) {
+            return Next::Again;
+        }
         self.bg.stuck_clock.store(st.clock, Ordering::Relaxed);
+        self.bg
+            .stuck_free
+            .store(st.zones.nr_free(), Ordering::Relaxed);
         self.bg.set(phase);
         Next::Sleep
     }

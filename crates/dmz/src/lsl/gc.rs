@@ -180,6 +180,12 @@ impl LogEngine {
                 None => return Ok(Step::NoVictim),
             },
         };
+        // A compaction's blocks are a seek each on a disk: one batch per step (per hold of
+        // `wlock`).
+        let max = match work.source {
+            Source::Victim(_) => max,
+            Source::Page(_) => max.min(super::compact::COMPACT_BATCH_BLOCKS as u64),
+        };
         let mut copied = 0;
         while work.next < work.live.len() && copied < max {
             copied += self.copy_batch(&mut work, max - copied)?;
@@ -228,7 +234,7 @@ impl LogEngine {
 
     /// Copy the next still-live blocks of the work (at most `max`, one batch) to the GC
     /// frontier. Returns how many were copied. A compaction stops early (the copies so far
-    /// are logged by `finish`) once free zones are down to `gc_start_zones`.
+    /// are logged by `finish`) once free zones are down to `gc_low_zones`.
     fn copy_batch(&self, work: &mut GcWork, max: u64) -> Result<u64, EngineError> {
         let batch = match work.source {
             Source::Victim(_) => self.batch(),

@@ -160,9 +160,9 @@ impl Index {
         })
     }
 
-    /// Page `p`'s mapped blocks in logical order, and its extents: runs of mapped blocks
-    /// whose device block is their logical block plus one constant (a hole between two
-    /// blocks of one run does not break it).
+    /// Page `p`'s mapped blocks in logical order, and its extents: runs of mapped blocks at
+    /// consecutive device blocks (a hole in the logical range does not break one: a
+    /// compaction packs the mapped blocks, and must then count one extent).
     pub fn page_blocks(&self, p: PageId) -> (Vec<(Lba, Pba)>, u32) {
         let Some(pg) = self.pages.get(p.idx()).and_then(|pg| pg.as_ref()) else {
             return (Vec::new(), 0);
@@ -170,16 +170,15 @@ impl Index {
         let first = p.0 as usize * ENTRIES;
         let mut blocks = Vec::with_capacity(pg.mapped as usize);
         let mut extents = 0;
-        let mut delta = None;
+        let mut next = None;
         for (i, &v) in pg.entries.iter().enumerate() {
             if v == NONE {
                 continue;
             }
-            let d = v as i64 - (first + i) as i64;
-            if delta != Some(d) {
+            if next != Some(v) {
                 extents += 1;
-                delta = Some(d);
             }
+            next = Some(v.wrapping_add(1));
             blocks.push((Lba((first + i) as u32), Pba(v)));
         }
         (blocks, extents)
