@@ -261,17 +261,11 @@ impl LogEngine {
                 again => again,
             };
         }
-        match self.compaction_due(256) {
+        let _w = self.wlock.lock();
+        match self.compact_next(256) {
             Compaction::Nothing => self.sleep(Phase::Asleep, Some(seq)),
             Compaction::NoRoom => self.sleep(Phase::Stuck, Some(seq)),
-            Compaction::Scanning => Next::Again,
-            Compaction::Pending => {
-                let _w = self.wlock.lock();
-                if self.state.lock().gc.is_none() && self.compact_next() {
-                    self.stats.compact_started.fetch_add(1, Ordering::Relaxed);
-                }
-                Next::Again
-            }
+            Compaction::Scanning | Compaction::Started => Next::Again,
         }
     }
 

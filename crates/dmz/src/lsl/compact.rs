@@ -73,6 +73,12 @@ impl PageSet {
         self.nr
     }
 
+    /// Mark `p` again as the next page [`PageSet::take_next`] returns.
+    fn put_back(&mut self, p: PageId) {
+        self.mark(p);
+        self.cursor = p.0;
+    }
+
     /// Take the next marked page at or after the cursor (wrapping around).
     pub fn take_next(&mut self) -> Option<PageId> {
         if self.nr == 0 {
@@ -105,17 +111,18 @@ impl PageSet {
     }
 }
 
-/// What compaction has to do now.
+/// What [`LogEngine::compact_next`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Compaction {
     /// No page is marked.
     Nothing,
-    /// A marked page is fragmented, but free zones are down to `gc_start_zones`.
+    /// A marked page needs compaction, but free zones are too few for it until GC has
+    /// restored `gc_start_zones` (it stays marked, next).
     NoRoom,
-    /// A fragmented page is next.
-    Pending,
     /// The pages looked at need nothing; more are marked.
     Scanning,
+    /// A page's compaction is in `Meta::gc`.
+    Started,
 }
 
 impl LogEngine {
@@ -128,11 +135,11 @@ impl LogEngine {
 
     /// The most zones `n` consecutive blocks of a frontier can span: a compacted page is as
     /// many extents (a zone's summary blocks break the run).
-    fn zones_spanned(&self, n: usize) -> u32 {
-        let data = self.layout.data_blocks() as usize;
+    fn zones_spanned(&self, n: u32) -> u32 {
+        let data = self.layout.data_blocks();
         match n {
             0 => 0,
-            n => 1 + (n - 1).div_ceil(data) as u32,
+            n => 1 + (n - 1).div_ceil(data),
         }
     }
 
@@ -146,84 +153,43 @@ impl LogEngine {
         frontier as u64 + zones as u64 * data as u64
     }
 
-    /// What to do with marked page `p` (taken from the set): `Some(blocks)` to compact it
-    /// now; otherwise it is put back (no room now, but there will be once GC has restored
-    /// `gc_start_zones`: [`Compaction::NoRoom`]) or dropped (it needs no compaction, or is
-    /// more than that room: compacting it in parts would only scatter it again).
-    fn look_at(
-        &self,
-        st: &mut Meta,
-        p: PageId,
-    ) -> Result<Vec<(Lba, super::layout::Pba)>, Compaction> {
-        let (blocks, extents) = st.index.page_blocks(p);
-        if extents
-            <= self
-                .opts
-                .compact_min_extents
-                .max(self.zones_spanned(blocks.len()))
-        {
-            return Err(Compaction::Scanning);
-        }
-        let n = blocks.len() as u64;
-        let free = st.zones.nr_free();
-        if n <= self.room_blocks(st, free) {
-            return Ok(blocks);
-        }
-        if n <= self.room_blocks(st, free.max(self.opts.gc_start_zones)) {
-            // Back at the cursor: the next `take_next` returns it.
-            st.compact.mark(p);
-            st.compact.cursor = p.0;
-            return Err(Compaction::NoRoom);
-        }
-        self.stats.compact_skipped.fetch_add(1, Ordering::Relaxed);
-        Err(Compaction::Scanning)
-    }
-
-    /// Drop the marked pages that need no compaction (at most `budget` looked at), and say
-    /// what is left: a page to compact now stays marked (at the cursor) for
-    /// [`LogEngine::compact_next`].
-    pub(super) fn compaction_due(&self, budget: u32) -> Compaction {
+    /// Look at up to `budget` marked pages, in order, and start compacting the first that
+    /// needs it: more extents than `compact_min_extents` and than the zones its blocks would
+    /// span rewritten. It starts only if the room holds all its blocks; if not, it is put back
+    /// when it would fit at `gc_start_zones` free zones ([`Compaction::NoRoom`]), and dropped
+    /// (`compact_skipped`) when it would not: compacted in parts, it would only be scattered
+    /// again. The caller holds `wlock`.
+    pub(super) fn compact_next(&self, budget: u32) -> Compaction {
         let mut st = self.state.lock();
+        if st.gc.is_some() {
+            // A victim started meanwhile (a writer's paced GC): GC goes first.
+            return Compaction::Scanning;
+        }
         for _ in 0..budget {
             let Some(p) = st.compact.take_next() else {
                 return Compaction::Nothing;
             };
-            match self.look_at(&mut st, p) {
-                Ok(_) => {
-                    st.compact.mark(p);
-                    st.compact.cursor = p.0;
-                    return Compaction::Pending;
-                }
-                Err(Compaction::Scanning) => {}
-                Err(other) => return other,
+            let (n, extents) = st.index.page_extents(p);
+            if extents <= self.opts.compact_min_extents.max(self.zones_spanned(n)) {
+                continue;
             }
+            let free = st.zones.nr_free();
+            if n as u64 <= self.room_blocks(&mut st, free) {
+                let live = st.index.page_blocks(p);
+                st.gc = Some(GcWork::compaction(p, live));
+                return Compaction::Started;
+            }
+            if n as u64 <= self.room_blocks(&mut st, free.max(self.opts.gc_start_zones)) {
+                st.compact.put_back(p);
+                return Compaction::NoRoom;
+            }
+            self.stats.compact_skipped.fetch_add(1, Ordering::Relaxed);
         }
         if st.compact.len() == 0 {
             Compaction::Nothing
         } else {
             Compaction::Scanning
         }
-    }
-
-    /// Start compacting the next marked page that needs it (the caller holds `wlock` and no
-    /// GC work is in progress): false when there is none, or no room for it.
-    pub(super) fn compact_next(&self) -> bool {
-        let mut st = self.state.lock();
-        debug_assert!(st.gc.is_none());
-        if st.gc.is_some() {
-            return false;
-        }
-        while let Some(p) = st.compact.take_next() {
-            match self.look_at(&mut st, p) {
-                Ok(live) => {
-                    st.gc = Some(GcWork::compaction(p, live));
-                    return true;
-                }
-                Err(Compaction::Scanning) => {}
-                Err(_) => return false,
-            }
-        }
-        false
     }
 
     /// Test hook: compact every marked page that needs it now, as an idle volume does
@@ -235,11 +201,8 @@ impl LogEngine {
         let before = self.stats.compact_pages.load(Ordering::Relaxed);
         loop {
             let _w = self.wlock.lock();
-            if self.state.lock().gc.is_some() {
-                self.gc_one()?;
-                continue;
-            }
-            if !self.compact_next() {
+            if self.state.lock().gc.is_none() && self.compact_next(u32::MAX) != Compaction::Started
+            {
                 break;
             }
             self.gc_one()?;
@@ -252,7 +215,7 @@ impl LogEngine {
     pub fn debug_page_extents(&self) -> Vec<u32> {
         let st = self.state.lock();
         (0..st.index.nr_pages())
-            .map(|p| st.index.page_blocks(PageId(p)).1)
+            .map(|p| st.index.page_extents(PageId(p)).1)
             .filter(|&e| e > 0)
             .collect()
     }

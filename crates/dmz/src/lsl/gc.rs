@@ -30,10 +30,10 @@ const MAX_PACED_RATIO: f64 = 16.0;
 /// (`Meta::gc`): one at a time, so that no victim is chosen while copies into the GC
 /// frontier are not yet logged (such a zone's valid count does not show them).
 pub(crate) struct GcWork {
-    pub(super) source: Source,
+    source: Source,
     /// The live blocks when the work started, in logical order, and how far the copy went.
-    pub(super) live: Vec<(Lba, Pba)>,
-    pub(super) next: usize,
+    live: Vec<(Lba, Pba)>,
+    next: usize,
     /// (logical block, where it was, where it was copied).
     copied: Vec<(Lba, Pba, Pba)>,
     /// Blocks of copying owed per user block written: valid / invalid at the start (0 for a
@@ -236,11 +236,7 @@ impl LogEngine {
     /// frontier. Returns how many were copied. A compaction stops early (the copies so far
     /// are logged by `finish`) once free zones are down to `gc_low_zones`.
     fn copy_batch(&self, work: &mut GcWork, max: u64) -> Result<u64, EngineError> {
-        let batch = match work.source {
-            Source::Victim(_) => self.batch(),
-            Source::Page(_) => self.batch().min(super::compact::COMPACT_BATCH_BLOCKS),
-        };
-        let limit = max.min(batch as u64) as usize;
+        let limit = max.min(self.batch() as u64) as usize;
         // Positions in `live` of the next entries the index still maps where they were.
         let picks: Vec<usize> = {
             let st = self.state.lock();

@@ -160,28 +160,38 @@ impl Index {
         })
     }
 
-    /// Page `p`'s mapped blocks in logical order, and its extents: runs of mapped blocks at
-    /// consecutive device blocks (a hole in the logical range does not break one: a
-    /// compaction packs the mapped blocks, and must then count one extent).
-    pub fn page_blocks(&self, p: PageId) -> (Vec<(Lba, Pba)>, u32) {
-        let Some(pg) = self.pages.get(p.idx()).and_then(|pg| pg.as_ref()) else {
-            return (Vec::new(), 0);
-        };
+    /// Page `p`'s mapped blocks, in logical order.
+    fn page_mapped(&self, p: PageId) -> impl Iterator<Item = (Lba, Pba)> + '_ {
         let first = p.0 as usize * ENTRIES;
-        let mut blocks = Vec::with_capacity(pg.mapped as usize);
-        let mut extents = 0;
-        let mut next = None;
-        for (i, &v) in pg.entries.iter().enumerate() {
-            if v == NONE {
-                continue;
-            }
-            if next != Some(v) {
+        self.pages
+            .get(p.idx())
+            .and_then(|pg| pg.as_ref())
+            .into_iter()
+            .flat_map(move |pg| {
+                pg.entries.iter().enumerate().filter_map(move |(i, &v)| {
+                    (v != NONE).then_some((Lba((first + i) as u32), Pba(v)))
+                })
+            })
+    }
+
+    /// Page `p`'s mapped blocks in logical order.
+    pub fn page_blocks(&self, p: PageId) -> Vec<(Lba, Pba)> {
+        self.page_mapped(p).collect()
+    }
+
+    /// Page `p`'s mapped blocks and extents: runs of mapped blocks at consecutive device
+    /// blocks (a hole in the logical range does not break one: a compaction packs the mapped
+    /// blocks, and must then count one extent).
+    pub fn page_extents(&self, p: PageId) -> (u32, u32) {
+        let (mut mapped, mut extents, mut next) = (0, 0, None);
+        for (_, b) in self.page_mapped(p) {
+            mapped += 1;
+            if next != Some(b.0) {
                 extents += 1;
             }
-            next = Some(v.wrapping_add(1));
-            blocks.push((Lba((first + i) as u32), Pba(v)));
+            next = Some(b.0.wrapping_add(1));
         }
-        (blocks, extents)
+        (mapped, extents)
     }
 
     /// Pages in the index (mapped or not).

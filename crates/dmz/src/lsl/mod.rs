@@ -164,7 +164,6 @@ struct Counters {
     gc_no_victim: AtomicU64,
     compact_pages: AtomicU64,
     compact_blocks: AtomicU64,
-    compact_started: AtomicU64,
     compact_skipped: AtomicU64,
     checkpoints: AtomicU64,
     log_blocks: AtomicU64,
