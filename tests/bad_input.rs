@@ -554,6 +554,20 @@ fn bad_create_options_before_environment() {
     refused(&o, 2, &["--queues must be >= 1"]);
     let o = zonedd(&["expose", "/nonexistent", "--queues", "0"]);
     refused(&o, 2, &["--queues must be >= 1"]);
+    let o = zonedd(&[
+        "create",
+        "--backend",
+        "/nonexistent",
+        "--index-memory-mib",
+        "4",
+    ]);
+    refused(&o, 2, &["--index-memory-mib must be at least 5"]);
+    let o = zonedd(&["create", "--backend", "mem:64M", "--index-memory-mib", "64"]);
+    refused(
+        &o,
+        2,
+        &["--index-memory-mib applies to log-layout volumes; mem:64M is a test target"],
+    );
 }
 
 #[test]

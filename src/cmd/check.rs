@@ -85,14 +85,14 @@ fn run_log(
             "{p}: the engine cannot open this volume, and check --repair cannot fix it: {e}"
         ))
     };
-    let mut report = dmz::lsl::check::check(dev.as_ref()).map_err(damaged)?;
+    let mut report = dmz::lsl::check::check(dev.clone()).map_err(damaged)?;
     let mut fixed = Vec::new();
     if args.repair && report.needs_repair() {
         let e = dmz::lsl::LogEngine::open(dev.clone(), dmz::lsl::LogOptions::default())
             .map_err(damaged)?;
         e.close().map_err(damaged)?;
         fixed = std::mem::take(&mut report.errors);
-        report = dmz::lsl::check::check(dev.as_ref()).map_err(damaged)?;
+        report = dmz::lsl::check::check(dev.clone()).map_err(damaged)?;
     }
     if args.json {
         let v = serde_json::json!({ "layout": "log", "check": report, "fixed": fixed });

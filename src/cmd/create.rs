@@ -38,6 +38,9 @@ fn default_reclaim_parallel(spec: &DeviceSpec) -> usize {
     }
 }
 
+/// The smallest `--index-memory-mib`: below it, even a small volume's cache holds few pages.
+const MIN_INDEX_MEMORY_MIB: u64 = 5;
+
 /// Chunk size of the test targets (`mem:SIZE`, `file:PATH`).
 const TEST_CHUNK: u64 = 4 << 20;
 
@@ -47,6 +50,20 @@ pub fn run(args: Args) -> Result<(), CliError> {
         return Err(CliError::Usage(
             "--queues must be >= 1 and --depth between 1 and 4096".into(),
         ));
+    }
+    if args
+        .index_memory_mib
+        .is_some_and(|m| m < MIN_INDEX_MEMORY_MIB)
+    {
+        return Err(CliError::Usage(format!(
+            "--index-memory-mib must be at least {MIN_INDEX_MEMORY_MIB}"
+        )));
+    }
+    if args.index_memory_mib.is_some() && is_test_backend(&args.backend[0]) {
+        return Err(CliError::Usage(format!(
+            "--index-memory-mib applies to log-layout volumes; {} is a test target",
+            args.backend[0]
+        )));
     }
     if args.backend.len() > 1 && args.cache.is_none() {
         return Err(CliError::Usage(
@@ -68,6 +85,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         pool: args.pool.clone(),
         max_active: args.max_active,
         reclaim_max_active: args.reclaim_max_active,
+        index_memory_mib: args.index_memory_mib,
         queues: args.queues,
         depth: args.depth,
         exposed: false,
@@ -182,6 +200,11 @@ fn check_backend(spec: &DeviceSpec) -> Result<(), CliError> {
     if spec.cache.is_none() && dmz::lsl::is_log_layout(dev.as_ref()) {
         // A log-layout volume: its engine checks it as it opens (open_target).
         return Ok(());
+    }
+    if spec.index_memory_mib.is_some() {
+        return Err(CliError::Usage(format!(
+            "--index-memory-mib applies to log-layout volumes; {backend} is a dm-zoned volume"
+        )));
     }
     let p = dmz::sets::probe(dev.as_ref()).map_err(|e| metadata_error(backend, e))?;
     p.choose(backend)
@@ -574,7 +597,17 @@ fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
     check_backend(spec).map_err(|e| e.to_string())?;
     let dev: Arc<dyn zbd::ZonedDevice> = Arc::from(open_volume(spec).map_err(|e| e.to_string())?);
     if dmz::lsl::is_log_layout(dev.as_ref()) {
-        return super::log_target::open(&spec.backend, dev);
+        let mut opts = dmz::lsl::LogOptions::default();
+        if let Some(m) = spec.index_memory_mib {
+            opts.index_memory = m << 20;
+        }
+        return super::log_target::open(&spec.backend, dev, opts);
+    }
+    if spec.index_memory_mib.is_some() {
+        return Err(format!(
+            "--index-memory-mib applies to log-layout volumes; {} is a dm-zoned volume",
+            spec.backend
+        ));
     }
     let mut opts = dmz::engine::EngineOptions::default();
     opts.reclaim.parallel = match spec.reclaim_max_active {

@@ -53,6 +53,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         pool: "none".into(),
         max_active: None,
         reclaim_max_active: None,
+        index_memory_mib: None,
         queues: args.queues,
         depth: args.depth,
         exposed: true,

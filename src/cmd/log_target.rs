@@ -179,10 +179,13 @@ impl frontend::LogWriteGuard for LogBlocks {
 pub(super) const LAYOUT: &str = "log (zonedd)";
 
 /// Open the log-layout volume on `dev` for `create`.
-pub(super) fn open(backend: &str, dev: Arc<dyn zbd::ZonedDevice>) -> Result<Opened, String> {
+pub(super) fn open(
+    backend: &str,
+    dev: Arc<dyn zbd::ZonedDevice>,
+    opts: dmz::lsl::LogOptions,
+) -> Result<Opened, String> {
     let geometry = super::create::geometry_json(dev.as_ref());
-    let engine = dmz::lsl::LogEngine::open(dev, dmz::lsl::LogOptions::default())
-        .map_err(|e| format!("{backend}: {e}"))?;
+    let engine = dmz::lsl::LogEngine::open(dev, opts).map_err(|e| format!("{backend}: {e}"))?;
     let engine = Arc::new(engine);
     // GC to its watermark and idle compaction, off the request path.
     engine

@@ -199,8 +199,13 @@ fn log_lines(e: &Value, line: &mut impl FnMut(&str, String)) {
     line(
         "index",
         format!(
-            "{} resident; {} checkpoints, {} log blocks written",
+            "{} resident ({} of {} pages cached); {} pages read, {} written back; {} \
+             checkpoints, {} log blocks written",
             bytes(n("index_resident_bytes")),
+            n("index_cached_pages"),
+            n("index_cache_pages"),
+            n("index_page_reads"),
+            n("index_pages_written_back"),
             n("checkpoints"),
             n("log_blocks_written")
         ),
@@ -689,6 +694,8 @@ pub(crate) mod tests {
                                   "gc_forced_victims": 1, "user_blocks_written": 1024,
                                   "write_amplification": 1.5,
                                   "index_resident_bytes": 1u64 << 20, "checkpoints": 2,
+                                  "index_cached_pages": 12, "index_cache_pages": 12785,
+                                  "index_page_reads": 5, "index_pages_written_back": 7,
                                   "log_blocks_written": 40, "compact_pages": 3,
                                   "compact_blocks": 768, "compact_marked_pages": 1,
                                   "compact_skipped_pages": 0, "background": "asleep"}});
@@ -703,7 +710,7 @@ pub(crate) mod tests {
                 "GC        12 zones freed, 2 MiB copied (7 paced batches, 1 forced victims)",
                 "compact   3 pages rewritten in order (3 MiB), 1 to look at, 0 skipped; background asleep",
                 "write amp 1.50 (4 MiB written by users, 2 MiB copied by GC, 3 MiB by compaction)",
-                "index     1 MiB resident; 2 checkpoints, 40 log blocks written",
+                "index     1 MiB resident (12 of 12785 pages cached); 5 pages read, 7 written back; 2 checkpoints, 40 log blocks written",
             ]
         );
     }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use common::lsl::*;
 use common::*;
-use dmz::lsl::LogEngine;
+use dmz::lsl::{LogEngine, LogOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zbd::MemDevice;
@@ -26,6 +26,7 @@ fn env_or(name: &str, default: u64) -> u64 {
 
 struct Run {
     dev: Arc<MemDevice>,
+    opts: LogOptions,
     e: Option<LogEngine>,
     /// The reference disk.
     model: Vec<u8>,
@@ -97,7 +98,7 @@ impl Run {
         } else {
             e.close().expect("close");
         }
-        self.e = Some(lopen(self.dev.clone()));
+        self.e = Some(LogEngine::open(self.dev.clone(), self.opts.clone()).expect("reopen"));
         self.e()
             .debug_check()
             .unwrap_or_else(|m| panic!("after reopen: {m}"));
@@ -112,6 +113,8 @@ struct Totals {
     gc_zones: u64,
     checkpoints: u64,
     compacted: u64,
+    page_reads: u64,
+    pages_written_back: u64,
 }
 
 fn ops_count(release: u64) -> u64 {
@@ -127,12 +130,13 @@ fn ops_count(release: u64) -> u64 {
 
 /// `nops` seeded random operations on `dev` against the model, every block compared at each
 /// reopen and at the end.
-fn run_model(dev: Arc<MemDevice>, nops: u64, what: &str) -> Totals {
+fn run_model(dev: Arc<MemDevice>, opts: LogOptions, nops: u64, what: &str) -> Totals {
     let seed = env_or("LSL_MODEL_SEED", 1);
-    let e = lopen(dev.clone());
+    let e = LogEngine::open(dev.clone(), opts.clone()).expect("open");
     let blocks = e.capacity() / BS as u64;
     let mut r = Run {
         dev,
+        opts,
         e: Some(e),
         model: vec![0u8; blocks as usize * BS],
         rng: StdRng::seed_from_u64(seed),
@@ -155,6 +159,8 @@ fn run_model(dev: Arc<MemDevice>, nops: u64, what: &str) -> Totals {
                 t.gc_zones += s.gc_zones_freed;
                 t.checkpoints += s.checkpoints;
                 user += s.user_blocks_written;
+                t.page_reads += s.index_page_reads;
+                t.pages_written_back += s.index_pages_written_back;
                 copied += s.gc_blocks_copied + s.compact_blocks;
                 r.reopen(op % 2 == 0);
             }
@@ -168,12 +174,15 @@ fn run_model(dev: Arc<MemDevice>, nops: u64, what: &str) -> Totals {
     r.reopen(false);
     eprintln!(
         "log layout model ({what}): {nops} ops (seed {seed}) in {:.1} s, {} reopens, {} GC \
-         zones, {} checkpoints, {} pages compacted, write amplification {:.2}",
+         zones, {} checkpoints, {} pages compacted, {} index pages read and {} written back, \
+         write amplification {:.2}",
         t0.elapsed().as_secs_f64(),
         r.reopens,
         t.gc_zones,
         t.checkpoints,
         t.compacted,
+        t.page_reads,
+        t.pages_written_back,
         (user + copied) as f64 / user.max(1) as f64
     );
     t
@@ -186,6 +195,7 @@ fn random_ops_match_a_plain_disk() {
     // room GC keeps: compaction skips them (the compaction ops test that it does no harm).
     let t = run_model(
         formatted_lsl(256, 48, 4, 48),
+        lsl_test_opts(),
         ops_count(1_000_000),
         "GC pressure",
     );
@@ -203,6 +213,35 @@ fn random_ops_with_compactions_match_a_plain_disk() {
         ..lsl_format_opts(48)
     };
     dmz::lsl::format(&dev, &opts).unwrap();
-    let t = run_model(Arc::new(dev), ops_count(100_000), "compactions");
+    let t = run_model(
+        Arc::new(dev),
+        lsl_test_opts(),
+        ops_count(100_000),
+        "compactions",
+    );
     assert!(t.gc_zones > 0 && t.checkpoints > 0 && t.compacted > 0);
+}
+
+/// The same operations with the index paged: the volume's 3 pages, a cache of one (no
+/// memory budget beyond the directory), so that nearly every record writes a page back and
+/// most lookups read one (GC's and compaction's too).
+#[test]
+fn random_ops_with_a_paged_index_match_a_plain_disk() {
+    let opts = LogOptions {
+        index_memory: 0,
+        ..lsl_test_opts()
+    };
+    let t = run_model(
+        formatted_lsl(256, 48, 4, 48),
+        opts,
+        ops_count(200_000),
+        "paged index",
+    );
+    assert!(t.gc_zones > 0 && t.checkpoints > 0);
+    assert!(
+        t.page_reads > 1000 && t.pages_written_back > 1000,
+        "{} pages read, {} written back: the index was not paged",
+        t.page_reads,
+        t.pages_written_back
+    );
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::lsl::*;
 use common::*;
-use dmz::lsl::{LogEngine, LogSyncPlan};
+use dmz::lsl::{LogEngine, LogOptions, LogStats, LogSyncPlan};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -43,8 +43,30 @@ fn planned_write(e: &Arc<LogEngine>, start: u64, n: u64, id: u64) -> bool {
 /// everywhere, GC under them: everything reads back, at the end and after a crash.
 #[test]
 fn planned_writes_read_back_beside_engine_writes_and_gc() {
-    let dev = formatted_lsl(256, 40, 4, 64);
-    let e = Arc::new(lopen(dev.clone()));
+    mixed_writers_and_readers(40, lsl_test_opts());
+}
+
+/// The same with the index paged (a cache of one page for the volume's 5): readers,
+/// writers, GC and write-backs read and write pages concurrently.
+#[test]
+fn the_same_with_a_paged_index() {
+    let s = mixed_writers_and_readers(
+        80,
+        LogOptions {
+            index_memory: 0,
+            ..lsl_test_opts()
+        },
+    );
+    assert!(
+        s.index_page_reads > 100 && s.index_pages_written_back > 100,
+        "the index was not paged: {s:?}"
+    );
+}
+
+/// [`planned_writes_read_back_beside_engine_writes_and_gc`] on `zones` zones of 256 KiB.
+fn mixed_writers_and_readers(zones: u32, opts: LogOptions) -> LogStats {
+    let dev = formatted_lsl(256, zones, 4, 64);
+    let e = Arc::new(LogEngine::open(dev.clone(), opts.clone()).unwrap());
     let blocks = e.capacity() / BS as u64;
     let writers = 4u64;
     let span = blocks / writers;
@@ -114,8 +136,9 @@ fn planned_writes_read_back_beside_engine_writes_and_gc() {
     assert!(s.planned_writes > 100, "too few writes were planned: {s:?}");
     // A crash: no close, no checkpoint; the log gives every acknowledged write back.
     drop(e);
-    let e = lopen(dev);
+    let e = LogEngine::open(dev, opts).unwrap();
     m.verify(&e);
+    s
 }
 
 /// A write through the engine over blocks a planned write holds waits until that one has

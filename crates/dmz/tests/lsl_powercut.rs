@@ -231,8 +231,8 @@ fn cut_during(
 
 /// Open `dev` and check every block against `ops`: `done.0` of them completed, those up to
 /// `done.1` were in flight.
-fn verify(dev: MemDevice, ops: &[Op], done: (usize, usize), what: &str) {
-    let e = LogEngine::open(Arc::new(dev), opts())
+fn verify(dev: MemDevice, ops: &[Op], done: (usize, usize), what: &str, o: &LogOptions) {
+    let e = LogEngine::open(Arc::new(dev), o.clone())
         .unwrap_or_else(|err| panic!("{what}: reopen failed: {err}"));
     let mut got = vec![0u8; e.capacity() as usize];
     e.read(0, &mut got)
@@ -242,9 +242,9 @@ fn verify(dev: MemDevice, ops: &[Op], done: (usize, usize), what: &str) {
 
 /// The power goes after device write `k` of `ops` (on a copy of `template`); then reopen
 /// and check.
-fn cut_and_verify(template: &MemDevice, ops: &[Op], seed: u64, k: u64, pat: u64) {
+fn cut_and_verify(template: &MemDevice, ops: &[Op], seed: u64, k: u64, pat: u64, o: &LogOptions) {
     let rng_seed = seed * 1_000_003 + k * 7 + pat;
-    let (dev, done) = cut_during(template, k, pat, rng_seed, opts(), |e| {
+    let (dev, done) = cut_during(template, k, pat, rng_seed, o.clone(), |e| {
         run(e, ops, planned(seed))
     });
     verify(
@@ -252,6 +252,7 @@ fn cut_and_verify(template: &MemDevice, ops: &[Op], seed: u64, k: u64, pat: u64)
         ops,
         done,
         &format!("seed {seed} cut after write {k} pattern {pat}"),
+        o,
     );
 }
 
@@ -310,7 +311,7 @@ fn power_cut_at_every_write() {
         writes += total;
         for k in 0..=total {
             for pat in 0..PATTERNS {
-                cut_and_verify(&template, &ops, seed, k, pat);
+                cut_and_verify(&template, &ops, seed, k, pat, &opts());
                 points += 1;
             }
         }
@@ -330,6 +331,51 @@ fn power_cut_at_every_write() {
         // Debug builds run two short workloads, too few `Commit` ops to compact surely.
         assert!(compacted > 0, "no page of the workloads was compacted");
         assert!(points >= 10_000, "only {points} crash points");
+    }
+}
+
+/// The index paged: a cache of one page, so that nearly every record writes a
+/// page back between checkpoints (after a flush) and lookups read pages from their slots,
+/// with a power cut after every device write. 200 zones of 64 KiB, 4 conventional (3 pages).
+#[test]
+fn power_cut_with_a_paged_index() {
+    let release = !cfg!(debug_assertions);
+    let seeds: u64 = if release { 4 } else { 1 };
+    let nops = if release { 30 } else { 12 };
+    let o = LogOptions {
+        index_memory: 0,
+        ..opts()
+    };
+    let template = formatted_lsl(64, 200, NR_CONV, 32);
+    let (mut points, mut reads, mut written_back) = (0u64, 0, 0);
+    let start = std::time::Instant::now();
+    for seed in 0..seeds {
+        let dev = Arc::new(FaultyDevice::new(template.snapshot()).unwrap());
+        let e = Arc::new(LogEngine::open(dev.clone(), o.clone()).unwrap());
+        let ops = workload(seed, nops, e.capacity() / BS as u64);
+        assert_eq!(run(&e, &ops, planned(seed)), (ops.len(), ops.len()));
+        let s = e.stats();
+        reads += s.index_page_reads;
+        written_back += s.index_pages_written_back;
+        drop(e);
+        for k in 0..=dev.write_count() {
+            for pat in 0..PATTERNS {
+                cut_and_verify(&template, &ops, seed, k, pat, &o);
+                points += 1;
+            }
+        }
+    }
+    eprintln!(
+        "log layout power cuts, paged index: {points} crash points, {reads} pages read and \
+         {written_back} written back in the workloads, {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    assert!(
+        reads > 0 && written_back > 0,
+        "the workloads must read and write back pages"
+    );
+    if release {
+        assert!(points >= 2_000, "only {points} crash points");
     }
 }
 
@@ -364,7 +410,7 @@ fn power_cut_during_recovery() {
                         "seed {seed} cut after write {k}, then after write {k2} of the \
                          recovery, pattern {pat}"
                     );
-                    verify(second, &ops, done, &what);
+                    verify(second, &ops, done, &what, &opts());
                     points += 1;
                 }
             }

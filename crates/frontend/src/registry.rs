@@ -27,6 +27,9 @@ pub struct DeviceSpec {
     pub max_active: Option<u32>,
     #[serde(default)]
     pub reclaim_max_active: Option<u32>,
+    /// Log-layout volumes: the metadata memory budget in MiB (`None`: the engine's default).
+    #[serde(default)]
+    pub index_memory_mib: Option<u64>,
     pub queues: u16,
     pub depth: u16,
     /// Served as it is, a zoned device (`zonedd expose`), not through the engine.
@@ -183,6 +186,7 @@ mod tests {
                 pool: "percpu".into(),
                 max_active: None,
                 reclaim_max_active: Some(2),
+                index_memory_mib: None,
                 queues: 2,
                 depth: 64,
                 exposed: false,

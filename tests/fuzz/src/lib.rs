@@ -755,7 +755,7 @@ pub fn lsl_load(data: &[u8]) {
     lsl_mutate(&dev, &mut b);
     let dev = Arc::new(dev);
     // `zonedd check` reads what open reads: what it refuses, open refuses.
-    let checked = dmz::lsl::check::check(dev.as_ref());
+    let checked = dmz::lsl::check::check(dev.clone());
     let Ok(e) = LogEngine::open(dev.clone(), LogOptions::default()) else {
         return;
     };
@@ -792,7 +792,7 @@ pub fn lsl_load(data: &[u8]) {
         return;
     }
     // Both superblock slots were written by the open and the close: nothing for check.
-    match dmz::lsl::check::check(dev.as_ref()) {
+    match dmz::lsl::check::check(dev.clone()) {
         Ok(c) => assert!(c.clean(), "check after a clean close: {:?}", c.errors),
         Err(err) => panic!("check after a clean close refused: {err}"),
     }

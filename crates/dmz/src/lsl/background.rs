@@ -263,9 +263,13 @@ impl LogEngine {
         }
         let _w = self.wlock.lock();
         match self.compact_next(256) {
-            Compaction::Nothing => self.sleep(Phase::Asleep, Some(seq)),
-            Compaction::NoRoom => self.sleep(Phase::Stuck, Some(seq)),
-            Compaction::Scanning | Compaction::Started => Next::Again,
+            Ok(Compaction::Nothing) => self.sleep(Phase::Asleep, Some(seq)),
+            Ok(Compaction::NoRoom) => self.sleep(Phase::Stuck, Some(seq)),
+            Ok(Compaction::Scanning | Compaction::Started) => Next::Again,
+            Err(e) => {
+                tracing::warn!(error = %e, "background compaction failed");
+                self.sleep(Phase::Asleep, None)
+            }
         }
     }
 

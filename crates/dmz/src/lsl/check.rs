@@ -7,9 +7,10 @@
 use crate::engine::ids::{Lba, ZoneId, BLOCK};
 
 use super::layout::{decode_sb, decode_summary, ENTRIES};
-use super::open::{load, read_slot};
+use super::open::{load, read_slot, Mode};
 use super::zones::ZoneState;
 use super::EngineError;
+use std::sync::Arc;
 use zbd::{ZoneCondition, ZonedDevice};
 
 /// What `check` found, for the CLI (human and JSON).
@@ -52,8 +53,9 @@ impl LogCheck {
 
 /// Check a log-layout volume, reading only. `Err`: open itself would refuse the volume (the
 /// error says why); the caller reports it as damage `--repair` cannot fix.
-pub fn check(dev: &dyn ZonedDevice) -> Result<LogCheck, EngineError> {
-    let ld = load(dev)?;
+pub fn check(dev: Arc<dyn ZonedDevice>) -> Result<LogCheck, EngineError> {
+    let ld = load(&dev, super::LogOptions::default().index_memory, Mode::Check)?;
+    let dev = &*dev;
     let l = &ld.layout;
     let st = &ld.meta;
     let count = |f: fn(ZoneState) -> bool| st.zones.count(f);
@@ -108,13 +110,13 @@ fn check_summaries(
 ) -> Result<(), EngineError> {
     let l = &ld.layout;
     let mut by_zone: Vec<Vec<(u32, Lba)>> = vec![Vec::new(); l.nr_zones as usize];
-    for (lba, p) in ld.meta.index.mapped() {
+    ld.meta.index.for_each_mapped(|lba, p| {
         r.mapped_blocks += 1;
         let (z, off) = l.zone_of(p);
         if let Some(v) = by_zone.get_mut(z.idx()) {
             v.push((off, lba));
         }
-    }
+    })?;
     let mut buf = vec![0u8; l.summary_blocks as usize * BLOCK];
     for (z, mapped) in by_zone.iter().enumerate() {
         let zone = ZoneId(z as u32);

@@ -159,37 +159,37 @@ impl LogEngine {
     /// when it would fit at `gc_start_zones` free zones ([`Compaction::NoRoom`]), and dropped
     /// (`compact_skipped`) when it would not: compacted in parts, it would only be scattered
     /// again. The caller holds `wlock`.
-    pub(super) fn compact_next(&self, budget: u32) -> Compaction {
+    pub(super) fn compact_next(&self, budget: u32) -> Result<Compaction, EngineError> {
         let mut st = self.state.lock();
         if st.gc.is_some() {
             // A victim started meanwhile (a writer's paced GC): GC goes first.
-            return Compaction::Scanning;
+            return Ok(Compaction::Scanning);
         }
         for _ in 0..budget {
             let Some(p) = st.compact.take_next() else {
-                return Compaction::Nothing;
+                return Ok(Compaction::Nothing);
             };
-            let (n, extents) = st.index.page_extents(p);
+            let (n, extents) = st.index.page_extents(p).map_err(|e| self.fail(e))?;
             if extents <= self.opts.compact_min_extents.max(self.zones_spanned(n)) {
                 continue;
             }
             let free = st.zones.nr_free();
             if n as u64 <= self.room_blocks(&mut st, free) {
-                let live = st.index.page_blocks(p);
+                let live = st.index.page_blocks(p).map_err(|e| self.fail(e))?;
                 st.gc = Some(GcWork::compaction(p, live));
-                return Compaction::Started;
+                return Ok(Compaction::Started);
             }
             if n as u64 <= self.room_blocks(&mut st, free.max(self.opts.gc_start_zones)) {
                 st.compact.put_back(p);
-                return Compaction::NoRoom;
+                return Ok(Compaction::NoRoom);
             }
             self.stats.compact_skipped.fetch_add(1, Ordering::Relaxed);
         }
-        if st.compact.len() == 0 {
+        Ok(if st.compact.len() == 0 {
             Compaction::Nothing
         } else {
             Compaction::Scanning
-        }
+        })
     }
 
     /// Test hook: compact every marked page that needs it now, as an idle volume does
@@ -201,7 +201,7 @@ impl LogEngine {
         let before = self.stats.compact_pages.load(Ordering::Relaxed);
         loop {
             let _w = self.wlock.lock();
-            if self.state.lock().gc.is_none() && self.compact_next(u32::MAX) != Compaction::Started
+            if self.state.lock().gc.is_none() && self.compact_next(u32::MAX)? != Compaction::Started
             {
                 break;
             }
@@ -213,9 +213,9 @@ impl LogEngine {
     /// Test hook: the extents of each mapped page (1: one run on the device).
     #[doc(hidden)]
     pub fn debug_page_extents(&self) -> Vec<u32> {
-        let st = self.state.lock();
+        let mut st = self.state.lock();
         (0..st.index.nr_pages())
-            .map(|p| st.index.page_extents(PageId(p)).1)
+            .map(|p| st.index.page_extents(PageId(p)).expect("readable pages").1)
             .filter(|&e| e > 0)
             .collect()
     }

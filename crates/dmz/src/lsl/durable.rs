@@ -19,32 +19,54 @@ impl LogEngine {
     pub(super) fn log_op(&self, rec: LogRec) -> Result<u64, EngineError> {
         let len = rec.encoded_len();
         debug_assert!(len <= PAYLOAD);
-        for _ in 0..2 {
-            if let Some(seq) = self.append_now(&mut self.state.lock(), &rec) {
+        for _ in 0..3 {
+            if let Some(seq) = self.append_now(&mut self.state.lock(), &rec)? {
                 return Ok(seq);
             }
-            self.checkpoint()?;
+            self.make_room(&rec)?;
         }
         Err(self.fail(EngineError::Meta(
             "metadata log: no room after a checkpoint".into(),
         )))
     }
 
-    /// Whether `rec` can be appended without a checkpoint first: the log half has room
-    /// for it and is not `checkpoint_pct` full.
+    /// Whether `rec` can be appended without a checkpoint or write-back first: the log half
+    /// has room for it and is not `checkpoint_pct` full, and less than half the index cache
+    /// is dirty.
     pub(super) fn can_append(&self, st: &Meta, rec: &LogRec) -> bool {
+        self.log_has_room(st, rec) && !st.index.needs_writeback()
+    }
+
+    fn log_has_room(&self, st: &Meta, rec: &LogRec) -> bool {
         st.log.has_room(rec.encoded_len()) && st.log.used_pct() < self.opts.checkpoint_pct
     }
 
-    /// Apply `rec` and append it if [`LogEngine::can_append`]: its sequence number.
-    pub(super) fn append_now(&self, st: &mut Meta, rec: &LogRec) -> Option<u64> {
+    /// What [`LogEngine::can_append`] lacks: a checkpoint when the log half is (nearly)
+    /// full, else a write-back of the dirty index pages. The caller holds `wlock`.
+    fn make_room(&self, rec: &LogRec) -> Result<(), EngineError> {
+        if self.log_has_room(&self.state.lock(), rec) {
+            self.writeback()
+        } else {
+            self.checkpoint()
+        }
+    }
+
+    /// Apply `rec` and append it if [`LogEngine::can_append`]: its sequence number. A page
+    /// the record needs that cannot be read stops the engine (the record may be applied in
+    /// part).
+    pub(super) fn append_now(
+        &self,
+        st: &mut Meta,
+        rec: &LogRec,
+    ) -> Result<Option<u64>, EngineError> {
         if !self.can_append(st, rec) {
-            return None;
+            return Ok(None);
         }
         let seq = st.log.next_seq;
-        st.apply(rec, seq, Ctx::Live, &vec![true; rec_blocks(rec)]);
+        st.apply(rec, seq, Ctx::Live, &vec![true; rec_blocks(rec)])
+            .map_err(|e| self.fail(e))?;
         self.nudge(st);
-        Some(st.log.append(std::slice::from_ref(rec)))
+        Ok(Some(st.log.append(std::slice::from_ref(rec))))
     }
 
     /// Write every record appended so far up to `upto` (all of them when `seal`, which also
@@ -101,6 +123,49 @@ impl LogEngine {
         self.dev(self.dev.flush())
     }
 
+    /// Write the dirty index pages back to their slots, between checkpoints, so that the
+    /// cache can evict them. The caller holds `wlock` (no record is appended meanwhile).
+    /// The log is written and the device flushed first: a page may name only records that
+    /// are durable with their data (a power cut must not keep a page and drop what it maps).
+    /// The directory and zone table on the device stay the checkpoint's: a replay after a
+    /// crash skips, for these pages, the records they fold, and open recounts valid blocks.
+    pub(super) fn writeback(&self) -> Result<(), EngineError> {
+        self.sync_all()?;
+        let n = self.write_dirty_pages()?;
+        self.stats
+            .pages_written_back
+            .fetch_add(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Write every dirty index page to its slot, folded to the log's next sequence number,
+    /// in batches of [`PAGE_BATCH`]; returns how many. The caller holds `wlock`.
+    fn write_dirty_pages(&self) -> Result<u64, EngineError> {
+        let l = &self.layout;
+        let mut n = 0;
+        loop {
+            let pages = {
+                let mut st = self.state.lock();
+                let s = st.log.next_seq;
+                st.index.take_dirty(s, PAGE_BATCH)
+            };
+            if pages.is_empty() {
+                return Ok(n);
+            }
+            for (p, img) in &pages {
+                self.dev(conv_write(
+                    &*self.dev,
+                    l,
+                    l.page_start() + p.0 as u64,
+                    &img[..],
+                ))?;
+            }
+            // Their slots hold them now: evictable.
+            self.state.lock().index.written();
+            n += pages.len() as u64;
+        }
+    }
+
     /// Fold the log into the index pages, directory and zone table, and start the next
     /// generation's log half. The caller holds `wlock` (no record is appended meanwhile).
     ///
@@ -111,34 +176,30 @@ impl LogEngine {
     /// 3. Write superblock slot `g' % 2`; flush. Only now does epoch g' log into its half.
     pub(super) fn checkpoint(&self) -> Result<(), EngineError> {
         self.sync_all()?;
-        let (pages, dir, zt, sb, gen) = {
-            let mut st = self.state.lock();
-            let s = st.log.next_seq;
+        let pages = self.write_dirty_pages()?;
+        let l = &self.layout;
+        let (gen, sb) = {
+            let st = self.state.lock();
             let gen = st.gen + 1;
-            let l = &self.layout;
-            let pages = st.index.take_dirty(s);
-            let dir: Vec<_> = (0..l.dir_blocks)
-                .map(|j| encode_dir(j, gen, &st.index.dir_entries(j)))
-                .collect();
-            let zt = st.zones.encode_table(l, gen);
             let c = Checkpoint {
                 gen,
-                ckpt_seq: s,
+                ckpt_seq: st.log.next_seq,
                 clock: st.clock,
             };
-            (pages, dir, zt, encode_sb(l, &c), gen)
+            (gen, encode_sb(l, &c))
         };
-        let l = &self.layout;
         let copy = (gen % 2) as usize;
-        for (p, img) in &pages {
-            self.dev(conv_write(
-                &*self.dev,
-                l,
-                l.page_start() + p.0 as u64,
-                &img[..],
-            ))?;
+        // The directory in batches too (4 KiB for 4 GiB of volume), then the zone table.
+        for j0 in (0..l.dir_blocks).step_by(PAGE_BATCH) {
+            let dir: Vec<_> = {
+                let st = self.state.lock();
+                (j0..(j0 + PAGE_BATCH as u32).min(l.dir_blocks))
+                    .map(|j| encode_dir(j, gen, &st.index.dir_entries(j)))
+                    .collect()
+            };
+            self.write_blocks(l.dir_start(copy) + j0 as u64, &dir)?;
         }
-        self.write_blocks(l.dir_start(copy), &dir)?;
+        let zt = self.state.lock().zones.encode_table(l, gen);
         self.write_blocks(l.zt_start(copy), &zt)?;
         self.dev_flush()?;
         self.dev(conv_write(&*self.dev, l, gen % 2, &sb[..]))?;
@@ -147,7 +208,7 @@ impl LogEngine {
         st.gen = gen;
         st.log.switch_epoch(gen);
         self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(gen, pages = pages.len(), "log layout checkpoint");
+        tracing::debug!(gen, pages, "log layout checkpoint");
         Ok(())
     }
 
@@ -160,6 +221,9 @@ impl LogEngine {
         self.dev(conv_write(&*self.dev, &self.layout, start, &buf))
     }
 }
+
+/// Index pages (and directory blocks) written per batch: their images take 1 MiB.
+pub(super) const PAGE_BATCH: usize = 256;
 
 /// Blocks an `Append` covers (the `landed` flags apply needs), 0 for other records.
 fn rec_blocks(rec: &LogRec) -> usize {

@@ -17,6 +17,7 @@ use zbd::ZoneOp;
 use crate::engine::ids::{Lba, PageId, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 
 use super::layout::{decode_summary, Pba, ENTRIES};
+use super::meta::Meta;
 use super::record::LogRec;
 use super::{EngineError, LogEngine};
 
@@ -239,18 +240,22 @@ impl LogEngine {
         let limit = max.min(self.batch() as u64) as usize;
         // Positions in `live` of the next entries the index still maps where they were.
         let picks: Vec<usize> = {
-            let st = self.state.lock();
+            let mut st = self.state.lock();
             if matches!(work.source, Source::Page(_)) && !self.compaction_room(&st) {
                 work.next = work.live.len();
                 return Ok(0);
             }
-            (work.next..work.live.len())
-                .filter(|&i| {
-                    let (lba, from) = work.live[i];
-                    st.index.get(lba) == Some(from)
-                })
-                .take(limit)
-                .collect()
+            let mut picks = Vec::new();
+            for i in work.next..work.live.len() {
+                if picks.len() == limit {
+                    break;
+                }
+                let (lba, from) = work.live[i];
+                if self.lookup(&mut st, lba)? == Some(from) {
+                    picks.push(i);
+                }
+            }
+            picks
         };
         let Some(&last) = picks.last() else {
             work.next = work.live.len();
@@ -295,12 +300,12 @@ impl LogEngine {
         }
         let moves = {
             let mut st = self.state.lock();
-            let still: Vec<(Lba, Pba)> = work
-                .copied
-                .iter()
-                .filter(|&&(lba, from, _)| st.index.get(lba) == Some(from))
-                .map(|&(lba, _, to)| (lba, to))
-                .collect();
+            let mut still: Vec<(Lba, Pba)> = Vec::with_capacity(work.copied.len());
+            for &(lba, from, to) in &work.copied {
+                if self.lookup(&mut st, lba)? == Some(from) {
+                    still.push((lba, to));
+                }
+            }
             if matches!(work.source, Source::Victim(_)) {
                 // A victim's copies join the runs of other pages' blocks: look at those
                 // pages again when idle.
@@ -342,26 +347,43 @@ impl LogEngine {
     /// instead, so GC never frees a zone the index still maps into.
     fn live_blocks(&self, victim: ZoneId) -> Result<Vec<(Lba, u32)>, EngineError> {
         let summary = self.read_summary(victim)?;
-        let st = self.state.lock();
-        let live_of = |summary: &[Option<Lba>]| -> Vec<(Lba, u32)> {
-            let mut v: Vec<(Lba, u32)> = summary
-                .iter()
-                .enumerate()
-                .filter_map(|(off, l)| Some(((*l)?, off as u32)))
-                .filter(|&(l, _)| (l.0 as u64) < self.layout.user_blocks)
-                .filter(|&(l, off)| st.index.get(l) == Some(self.layout.pba(victim, off)))
-                .collect();
-            v.sort_unstable();
-            v.dedup();
-            v
-        };
-        let live = live_of(&summary);
+        let mut st = self.state.lock();
+        let live = self.live_of(&mut st, victim, &summary)?;
         if live.len() as u32 == st.zones.get(victim).valid {
             return Ok(live);
         }
         tracing::warn!(zone = %victim, "zone summary misses live blocks: searching the index");
         self.stats.summary_rebuilds.fetch_add(1, Ordering::Relaxed);
-        Ok(live_of(&st.reverse_map(victim)))
+        let rebuilt = st.reverse_map(victim).map_err(|e| self.fail(e))?;
+        self.live_of(&mut st, victim, &rebuilt)
+    }
+
+    /// The entries of `summary` (the logical block of each data block of `victim`) that the
+    /// index still maps there, in logical order.
+    fn live_of(
+        &self,
+        st: &mut Meta,
+        victim: ZoneId,
+        summary: &[Option<Lba>],
+    ) -> Result<Vec<(Lba, u32)>, EngineError> {
+        let mut v = Vec::new();
+        for (off, l) in summary.iter().enumerate() {
+            let Some(l) = *l else { continue };
+            let off = off as u32;
+            if (l.0 as u64) < self.layout.user_blocks
+                && self.lookup(st, l)? == Some(self.layout.pba(victim, off))
+            {
+                v.push((l, off));
+            }
+        }
+        v.sort_unstable();
+        v.dedup();
+        Ok(v)
+    }
+
+    /// `lba`'s location; a page that cannot be read stops the engine.
+    pub(super) fn lookup(&self, st: &mut Meta, lba: Lba) -> Result<Option<Pba>, EngineError> {
+        st.index.get(lba).map_err(|e| self.fail(e))
     }
 
     /// The logical block of each data block of a full zone, from its summary; a summary block
@@ -381,7 +403,11 @@ impl LogEngine {
                 Some(e) => out.extend_from_slice(&e[..n]),
                 None => {
                     self.stats.summary_rebuilds.fetch_add(1, Ordering::Relaxed);
-                    let r = rebuilt.get_or_insert_with(|| self.state.lock().reverse_map(zone));
+                    if rebuilt.is_none() {
+                        let r = self.state.lock().reverse_map(zone);
+                        rebuilt = Some(r.map_err(|e| self.fail(e))?);
+                    }
+                    let r = rebuilt.as_ref().expect("rebuilt");
                     out.extend_from_slice(&r[j * ENTRIES..j * ENTRIES + n]);
                 }
             }

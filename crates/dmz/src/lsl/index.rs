@@ -1,23 +1,70 @@
-//! The block-granular index: logical block -> device block, in pages of 1020 entries. In this
-//! slice every page is resident (no cache, no eviction); pages are still written to their
-//! slots by the checkpoint with the sequence number they are folded to, so the format does
-//! not change when paging comes.
+//! The block-granular index: logical block -> device block, in pages of 1020 entries, paged
+//! (docs/design.md, "Log layout", "The paged index").
+//!
+//! Resident: the directory (4 bytes a page: nothing mapped, the page's slot holds it, or the
+//! first device block of the one extent it is) and a bounded cache of pages. A page not in
+//! the cache is read from its slot when a lookup or a change needs it (a "miss"), and checked
+//! as open checks every page. The cache evicts clean pages (CLOCK, second chance); a dirty
+//! page stays until it is written back ([`Index::take_dirty`], by a checkpoint or a
+//! write-back, both in `durable.rs`), and the engine writes back once half the cache is
+//! dirty ([`Index::needs_writeback`]). A page written back is pinned until its slot write is
+//! done ([`Index::written`]): evicted before, it would be read back stale.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use zbd::ZonedDevice;
 
 use crate::engine::ids::{Lba, PageId, BLOCK};
 
-use super::layout::{encode_page, Layout, Pba, ENTRIES, IN_SLOT, NONE};
+use super::layout::{conv_read, decode_page, encode_page, Layout, Pba, ENTRIES, IN_SLOT, NONE};
+use super::EngineError;
 
-/// One resident page: its entries as stored (`NONE`: unmapped) and the first record not
-/// folded into its on-disk copy (0 for a page never written). A page whose 1020 blocks sit
-/// at consecutive device blocks is stored as that extent, in the directory alone.
+/// Bytes a cached page costs beside its 4 KiB of entries: its state and map entry, and its
+/// places in the eviction order (up to two), the dirty and the pinned lists.
+const PAGE_OVERHEAD: u64 = 80;
+
+/// Bytes the rest of the metadata state may take (zone table, frontier summaries, a GC
+/// victim's summary, log buffers): the index memory budget less this and the directory is
+/// the cache (log-layout.md 5.6).
+const OTHER_STATE: u64 = 4 << 20;
+
+/// Fewest pages the cache holds, whatever the budget.
+const MIN_CACHE_PAGES: usize = 1;
+
+/// Pages a cache of `budget` bytes holds for a volume of `nr_pages` pages.
+pub(crate) fn cache_pages(budget: u64, nr_pages: u32) -> usize {
+    let fixed = nr_pages as u64 * 4 + OTHER_STATE;
+    ((budget.saturating_sub(fixed) / (BLOCK as u64 + PAGE_OVERHEAD)) as usize).max(MIN_CACHE_PAGES)
+}
+
+/// One cached page: its entries as stored (`NONE`: unmapped) and the first record not folded
+/// into them.
 struct Page {
     entries: Box<[u32; ENTRIES]>,
     seq: u64,
     mapped: u32,
-    extent: bool,
+    /// Changed since it was last written back.
+    dirty: bool,
+    /// Written back, its slot write not yet done: not evictable.
+    pinned: bool,
+    /// Used since the eviction hand last passed.
+    referenced: bool,
 }
 
 impl Page {
+    fn new(entries: Box<[u32; ENTRIES]>, seq: u64) -> Page {
+        let mapped = entries.iter().filter(|&&v| v != NONE).count() as u32;
+        Page {
+            entries,
+            seq,
+            mapped,
+            dirty: false,
+            pinned: false,
+            referenced: true,
+        }
+    }
+
     /// The first device block, if the whole page is one extent.
     fn as_extent(&self) -> Option<u32> {
         let first = self.entries[0];
@@ -31,176 +78,416 @@ impl Page {
     }
 }
 
+/// Where pages come from: their slots on the device, checked as they are read.
+pub(crate) struct PageSource {
+    dev: Arc<dyn ZonedDevice>,
+    layout: Layout,
+    /// Per zone: whether the device and the zone table offer it for data.
+    data_zone: Vec<bool>,
+}
+
+impl PageSource {
+    pub fn new(dev: Arc<dyn ZonedDevice>, layout: Layout, data_zone: Vec<bool>) -> PageSource {
+        PageSource {
+            dev,
+            layout,
+            data_zone,
+        }
+    }
+
+    /// Page `p` from its slot: its fold point and entries.
+    fn read(&self, p: PageId) -> Result<(u64, Box<[u32; ENTRIES]>), EngineError> {
+        let mut b = vec![0u8; BLOCK];
+        conv_read(
+            &*self.dev,
+            &self.layout,
+            self.layout.page_start() + p.0 as u64,
+            &mut b,
+        )?;
+        let (seq, entries) =
+            decode_page(p, &b).map_err(|m| EngineError::Meta(format!("log layout: {m}")))?;
+        for (i, &v) in entries.iter().enumerate() {
+            if v != NONE {
+                self.check(p, i, v)?;
+            }
+        }
+        Ok((seq, entries))
+    }
+
+    /// Entry `i` of page `p` maps a block below the exposed capacity to the data part of a
+    /// data zone (a page is only CRC-checked: a crafted one must not send reads or valid
+    /// counts anywhere else).
+    fn check(&self, p: PageId, i: usize, v: u32) -> Result<(), EngineError> {
+        let l = &self.layout;
+        let lba = p.0 as u64 * ENTRIES as u64 + i as u64;
+        if lba >= l.user_blocks {
+            return Err(EngineError::Meta(format!(
+                "log layout: index page {} maps block {lba}, beyond the exposed {} blocks",
+                p.0, l.user_blocks
+            )));
+        }
+        let (z, off) = l.zone_of(Pba(v));
+        if !self.data_zone.get(z.idx()).copied().unwrap_or(false) || off >= l.data_blocks() {
+            return Err(EngineError::Meta(format!(
+                "log layout: index page {} maps block {lba} to device block {v}, not a data block",
+                p.0
+            )));
+        }
+        Ok(())
+    }
+
+    /// A directory extent for page `p` from device block `first`: its first and last entries
+    /// checked (all 1020 lie in one zone's data part, so the rest are too).
+    fn check_extent(&self, p: PageId, first: u32) -> Result<(), EngineError> {
+        let last = first.wrapping_add(ENTRIES as u32 - 1);
+        let same_zone =
+            last > first && self.layout.zone_of(Pba(first)).0 == self.layout.zone_of(Pba(last)).0;
+        if !same_zone {
+            return Err(EngineError::Meta(format!(
+                "log layout: directory entry {first:#x} for page {}: not one extent of a data zone",
+                p.0
+            )));
+        }
+        self.check(p, 0, first)?;
+        self.check(p, ENTRIES - 1, last)
+    }
+}
+
 pub(crate) struct Index {
-    pages: Vec<Option<Page>>,
-    /// Pages changed since the last checkpoint wrote them.
-    dirty: Vec<bool>,
+    /// Per page: `NONE`, `IN_SLOT`, or the first device block of the extent it is. For a
+    /// cached dirty page, what its last write-back left (the cache is newer).
+    dir: Vec<u32>,
+    /// What records an extent page is folded to (the checkpoint the directory is from).
+    extent_seq: u64,
+    cache: HashMap<u32, Page>,
+    /// The eviction hand's order (a page may appear more than once after a drop and a
+    /// reload; [`Index::tidy`] keeps it short).
+    clock: VecDeque<u32>,
+    /// Pages made dirty since the last write-back (a dropped one may linger).
+    dirty: Vec<u32>,
+    nr_dirty: usize,
+    pinned: Vec<u32>,
+    cap: usize,
+    extent_pages: u64,
+    src: PageSource,
+    /// Pages read from their slots.
+    pub misses: u64,
 }
 
 impl Index {
-    pub fn new(nr_pages: u32) -> Index {
-        Index {
-            pages: (0..nr_pages).map(|_| None).collect(),
-            dirty: vec![false; nr_pages as usize],
+    /// The index of a volume whose directory is `dir` (as the checkpoint of sequence number
+    /// `extent_seq` wrote it), caching at most `cap` pages. Extents are checked here; pages
+    /// as they are read.
+    pub fn new(
+        dir: Vec<u32>,
+        extent_seq: u64,
+        cap: usize,
+        src: PageSource,
+    ) -> Result<Index, EngineError> {
+        let mut extent_pages = 0;
+        for (p, &v) in dir.iter().enumerate() {
+            if v != NONE && v != IN_SLOT {
+                src.check_extent(PageId(p as u32), v)?;
+                extent_pages += 1;
+            }
         }
+        Ok(Index {
+            dir,
+            extent_seq,
+            cache: HashMap::new(),
+            clock: VecDeque::new(),
+            dirty: Vec::new(),
+            nr_dirty: 0,
+            pinned: Vec::new(),
+            cap: cap.max(MIN_CACHE_PAGES),
+            extent_pages,
+            src,
+            misses: 0,
+        })
     }
 
-    /// A page read from its slot at open.
-    pub fn load_page(&mut self, p: PageId, seq: u64, entries: Box<[u32; ENTRIES]>) {
-        let mapped = entries.iter().filter(|&&v| v != NONE).count() as u32;
-        self.pages[p.idx()] = Some(Page {
-            entries,
-            seq,
-            mapped,
-            extent: false,
-        });
-    }
-
-    /// A page the directory stores as one extent from device block `first`, folded to `seq`.
-    pub fn load_extent(&mut self, p: PageId, seq: u64, first: Pba) {
-        let entries: Vec<u32> = (0..ENTRIES as u32)
-            .map(|i| first.0.wrapping_add(i))
-            .collect();
-        self.pages[p.idx()] = Some(Page {
-            entries: entries.into_boxed_slice().try_into().expect("1020 entries"),
-            seq,
-            mapped: ENTRIES as u32,
-            extent: true,
-        });
-    }
-
-    /// Resident pages stored as one extent.
+    /// Pages the directory stores as one extent.
     pub fn extent_pages(&self) -> u64 {
-        self.pages.iter().flatten().filter(|p| p.extent).count() as u64
+        self.extent_pages
     }
 
-    pub fn get(&self, lba: Lba) -> Option<Pba> {
-        let (p, i) = Layout::page_of(lba);
-        let v = self.pages[p.idx()].as_ref()?.entries[i];
-        (v != NONE).then_some(Pba(v))
+    fn set_dir(&mut self, p: usize, v: u32) {
+        let extent = |v: u32| (v != NONE && v != IN_SLOT) as u64;
+        self.extent_pages = self.extent_pages - extent(self.dir[p]) + extent(v);
+        self.dir[p] = v;
     }
 
-    /// Map `lba` to `to`; returns the old location.
-    pub fn set(&mut self, lba: Lba, to: Option<Pba>) -> Option<Pba> {
-        let (p, i) = Layout::page_of(lba);
-        let slot = &mut self.pages[p.idx()];
-        if slot.is_none() && to.is_none() {
-            return None;
+    /// Page `p` in the cache (read from its slot or made from its extent), or `None` when
+    /// it maps nothing.
+    fn page(&mut self, p: PageId) -> Result<Option<&mut Page>, EngineError> {
+        if !self.cache.contains_key(&p.0) {
+            let page = match self.dir[p.idx()] {
+                NONE => return Ok(None),
+                IN_SLOT => {
+                    self.misses += 1;
+                    let (seq, entries) = self.src.read(p)?;
+                    Page::new(entries, seq)
+                }
+                first => {
+                    let e: Vec<u32> = (0..ENTRIES as u32).map(|i| first + i).collect();
+                    Page::new(
+                        e.into_boxed_slice().try_into().expect("1020"),
+                        self.extent_seq,
+                    )
+                }
+            };
+            self.insert(p, page);
         }
-        let page = slot.get_or_insert_with(|| Page {
-            entries: Box::new([NONE; ENTRIES]),
-            seq: 0,
-            mapped: 0,
-            extent: false,
-        });
+        let page = self.cache.get_mut(&p.0).expect("cached");
+        page.referenced = true;
+        Ok(Some(page))
+    }
+
+    fn insert(&mut self, p: PageId, page: Page) {
+        if self.cache.len() >= self.cap {
+            self.evict_one();
+        }
+        self.cache.insert(p.0, page);
+        self.clock.push_back(p.0);
+        if self.clock.len() > 2 * self.cache.len() + 16 {
+            self.tidy();
+        }
+    }
+
+    /// Evict one clean, unpinned page not used since the hand last passed it (none: the cache
+    /// grows until the next write-back, which the engine makes once half of it is dirty).
+    fn evict_one(&mut self) {
+        for _ in 0..2 * self.clock.len() {
+            let Some(p) = self.clock.pop_front() else {
+                return;
+            };
+            let Some(page) = self.cache.get_mut(&p) else {
+                continue;
+            };
+            if page.dirty || page.pinned || std::mem::take(&mut page.referenced) {
+                self.clock.push_back(p);
+                continue;
+            }
+            self.cache.remove(&p);
+            return;
+        }
+    }
+
+    /// The eviction order with each cached page once.
+    fn tidy(&mut self) {
+        let mut seen = HashSet::new();
+        let cache = &self.cache;
+        self.clock
+            .retain(|p| cache.contains_key(p) && seen.insert(*p));
+    }
+
+    pub fn get(&mut self, lba: Lba) -> Result<Option<Pba>, EngineError> {
+        let (p, i) = Layout::page_of(lba);
+        let v = match self.cache.get_mut(&p.0) {
+            Some(pg) => {
+                pg.referenced = true;
+                pg.entries[i]
+            }
+            None => match self.dir[p.idx()] {
+                NONE => NONE,
+                IN_SLOT => self.page(p)?.map_or(NONE, |pg| pg.entries[i]),
+                first => first + i as u32,
+            },
+        };
+        Ok((v != NONE).then_some(Pba(v)))
+    }
+
+    /// `lba`'s location without reading a page: `None` when its page must be read first.
+    pub fn peek(&self, lba: Lba) -> Option<Option<Pba>> {
+        let (p, i) = Layout::page_of(lba);
+        let v = match (self.cache.get(&p.0), self.dir[p.idx()]) {
+            (Some(pg), _) => pg.entries[i],
+            (None, NONE) => NONE,
+            (None, IN_SLOT) => return None,
+            (None, first) => first + i as u32,
+        };
+        Some((v != NONE).then_some(Pba(v)))
+    }
+
+    /// Whether blocks `lba..lba + n` can be looked up and changed without reading a page.
+    pub fn ready(&self, lba: Lba, n: u32) -> bool {
+        let first = Layout::page_of(lba).0 .0;
+        let last = Layout::page_of(Lba(lba.0 + n.max(1) - 1)).0 .0;
+        (first..=last).all(|p| self.cache.contains_key(&p) || self.dir[p as usize] != IN_SLOT)
+    }
+
+    /// Map `lba` to `to`; returns the old location. A page left mapping nothing is dropped
+    /// at once (its directory entry becomes `NONE`; the next checkpoint writes that).
+    pub fn set(&mut self, lba: Lba, to: Option<Pba>) -> Result<Option<Pba>, EngineError> {
+        let (p, i) = Layout::page_of(lba);
+        if self.page(p)?.is_none() {
+            if to.is_none() {
+                return Ok(None);
+            }
+            self.insert(p, Page::new(Box::new([NONE; ENTRIES]), 0));
+        }
+        let page = self.cache.get_mut(&p.0).expect("cached");
         let old = std::mem::replace(&mut page.entries[i], to.map_or(NONE, |p| p.0));
         page.mapped = page.mapped + to.is_some() as u32 - (old != NONE) as u32;
-        self.dirty[p.idx()] = true;
-        (old != NONE).then_some(Pba(old))
+        if !std::mem::replace(&mut page.dirty, true) {
+            self.nr_dirty += 1;
+            self.dirty.push(p.0);
+        }
+        if page.mapped == 0 && !page.pinned {
+            self.cache.remove(&p.0);
+            self.nr_dirty -= 1;
+            self.set_dir(p.idx(), NONE);
+        }
+        Ok((old != NONE).then_some(Pba(old)))
     }
 
     /// Whether page `p` maps anything (a page that does not can be skipped whole).
     pub fn has_page(&self, p: PageId) -> bool {
-        self.pages[p.idx()].is_some()
+        self.cache.contains_key(&p.0) || self.dir[p.idx()] != NONE
     }
 
     /// Every record below this sequence number is folded into `p`'s entries already (replay
     /// skips them for this page).
-    pub fn page_seq(&self, p: PageId) -> u64 {
-        self.pages[p.idx()].as_ref().map_or(0, |pg| pg.seq)
+    pub fn page_seq(&mut self, p: PageId) -> Result<u64, EngineError> {
+        Ok(self.page(p)?.map_or(0, |pg| pg.seq))
     }
 
-    /// Checkpoint: images of the dirty pages folded up to `seq` (pages left with nothing
-    /// mapped are dropped, and pages that are one extent are not written: the directory
-    /// says so), and the dirty marks cleared.
-    pub fn take_dirty(&mut self, seq: u64) -> Vec<(PageId, Box<[u8; BLOCK]>)> {
+    /// Half the cache is dirty: time to write back.
+    pub fn needs_writeback(&self) -> bool {
+        self.nr_dirty >= (self.cap / 2).max(1)
+    }
+
+    /// Write-back: images of up to `max` dirty pages, folded up to `seq`, for their slots
+    /// (pages that are one extent are not written: the directory says so); the directory
+    /// updated, and the pages clean and pinned until [`Index::written`]. Empty when no page
+    /// is dirty. (In batches: images of every dirty page at once would double the memory
+    /// they take.)
+    pub fn take_dirty(&mut self, seq: u64, max: usize) -> Vec<(PageId, Box<[u8; BLOCK]>)> {
         let mut out = Vec::new();
-        for (p, d) in self.dirty.iter_mut().enumerate() {
-            if !std::mem::take(d) {
+        while out.len() < max {
+            let Some(p) = self.dirty.pop() else {
+                break;
+            };
+            let Some(pg) = self.cache.get_mut(&p) else {
+                continue;
+            };
+            if !std::mem::take(&mut pg.dirty) {
                 continue;
             }
-            let slot = &mut self.pages[p];
-            match slot {
-                Some(pg) if pg.mapped == 0 => *slot = None,
-                Some(pg) => {
-                    pg.seq = seq;
-                    pg.extent = pg.as_extent().is_some();
-                    if !pg.extent {
-                        let id = PageId(p as u32);
-                        out.push((id, encode_page(id, seq, &pg.entries)));
-                    }
+            self.nr_dirty -= 1;
+            pg.seq = seq;
+            let v = match pg.as_extent() {
+                Some(first) => first,
+                None => {
+                    pg.pinned = true;
+                    self.pinned.push(p);
+                    out.push((PageId(p), encode_page(PageId(p), seq, &pg.entries)));
+                    IN_SLOT
                 }
-                None => {}
-            }
+            };
+            self.set_dir(p as usize, v);
         }
         out
     }
 
+    /// The slot writes of the last [`Index::take_dirty`] are done.
+    pub fn written(&mut self) {
+        for p in std::mem::take(&mut self.pinned) {
+            if let Some(pg) = self.cache.get_mut(&p) {
+                pg.pinned = false;
+            }
+        }
+    }
+
     /// The directory entries of pages `j * 1020 ..` (after [`Index::take_dirty`]: every
-    /// resident page is in its slot or one extent).
+    /// page is in its slot, one extent, or maps nothing).
     pub fn dir_entries(&self, j: u32) -> [u32; ENTRIES] {
         let mut e = [NONE; ENTRIES];
         let first = j as usize * ENTRIES;
         for (k, v) in e.iter_mut().enumerate() {
-            if let Some(Some(pg)) = self.pages.get(first + k) {
-                *v = if pg.extent { pg.entries[0] } else { IN_SLOT };
+            if let Some(&d) = self.dir.get(first + k) {
+                *v = d;
             }
         }
         e
     }
 
-    /// Every mapped (logical, device) pair, in logical order.
-    pub fn mapped(&self) -> impl Iterator<Item = (Lba, Pba)> + '_ {
-        self.pages.iter().enumerate().flat_map(|(p, pg)| {
-            pg.iter().flat_map(move |pg| {
-                pg.entries.iter().enumerate().filter_map(move |(i, &v)| {
-                    (v != NONE).then_some((Lba((p * ENTRIES + i) as u32), Pba(v)))
-                })
-            })
-        })
+    /// Call `f` with every mapped (logical, device) pair, in logical order, reading the pages
+    /// not cached from their slots without caching them (one pass over the index: open, check
+    /// and the test hooks).
+    pub fn for_each_mapped(&self, mut f: impl FnMut(Lba, Pba)) -> Result<(), EngineError> {
+        let mut read;
+        for p in 0..self.dir.len() {
+            let id = PageId(p as u32);
+            let entries: &[u32; ENTRIES] = match (self.cache.get(&id.0), self.dir[p]) {
+                (Some(pg), _) => &pg.entries,
+                (None, NONE) => continue,
+                (None, IN_SLOT) => {
+                    read = self.src.read(id)?.1;
+                    &read
+                }
+                (None, first) => {
+                    for i in 0..ENTRIES as u32 {
+                        f(Lba(p as u32 * ENTRIES as u32 + i), Pba(first + i));
+                    }
+                    continue;
+                }
+            };
+            for (i, &v) in entries.iter().enumerate() {
+                if v != NONE {
+                    f(Lba((p * ENTRIES + i) as u32), Pba(v));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Page `p`'s mapped blocks, in logical order.
-    fn page_mapped(&self, p: PageId) -> impl Iterator<Item = (Lba, Pba)> + '_ {
+    pub fn page_blocks(&mut self, p: PageId) -> Result<Vec<(Lba, Pba)>, EngineError> {
         let first = p.0 as usize * ENTRIES;
-        self.pages
-            .get(p.idx())
-            .and_then(|pg| pg.as_ref())
-            .into_iter()
-            .flat_map(move |pg| {
-                pg.entries.iter().enumerate().filter_map(move |(i, &v)| {
-                    (v != NONE).then_some((Lba((first + i) as u32), Pba(v)))
-                })
-            })
-    }
-
-    /// Page `p`'s mapped blocks in logical order.
-    pub fn page_blocks(&self, p: PageId) -> Vec<(Lba, Pba)> {
-        self.page_mapped(p).collect()
+        Ok(self.page(p)?.map_or_else(Vec::new, |pg| {
+            pg.entries
+                .iter()
+                .enumerate()
+                .filter(|(_, &v)| v != NONE)
+                .map(|(i, &v)| (Lba((first + i) as u32), Pba(v)))
+                .collect()
+        }))
     }
 
     /// Page `p`'s mapped blocks and extents: runs of mapped blocks at consecutive device
     /// blocks (a hole in the logical range does not break one: a compaction packs the mapped
     /// blocks, and must then count one extent).
-    pub fn page_extents(&self, p: PageId) -> (u32, u32) {
+    pub fn page_extents(&mut self, p: PageId) -> Result<(u32, u32), EngineError> {
         let (mut mapped, mut extents, mut next) = (0, 0, None);
-        for (_, b) in self.page_mapped(p) {
-            mapped += 1;
-            if next != Some(b.0) {
-                extents += 1;
+        if let Some(pg) = self.page(p)? {
+            for &b in pg.entries.iter().filter(|&&v| v != NONE) {
+                mapped += 1;
+                if next != Some(b) {
+                    extents += 1;
+                }
+                next = Some(b.wrapping_add(1));
             }
-            next = Some(b.0.wrapping_add(1));
         }
-        (mapped, extents)
+        Ok((mapped, extents))
     }
 
     /// Pages in the index (mapped or not).
     pub fn nr_pages(&self) -> u32 {
-        self.pages.len() as u32
+        self.dir.len() as u32
     }
 
-    /// Resident pages and their bytes.
+    /// Pages the cache holds at most before it must write back.
+    pub fn cache_cap(&self) -> usize {
+        self.cap
+    }
+
+    pub fn cached_pages(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// The index's resident bytes: the directory, the cached pages and their bookkeeping.
     pub fn resident_bytes(&self) -> u64 {
-        self.pages.iter().flatten().count() as u64 * BLOCK as u64
+        self.dir.len() as u64 * 4 + self.cache.len() as u64 * (BLOCK as u64 + PAGE_OVERHEAD)
     }
 }

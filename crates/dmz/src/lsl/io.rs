@@ -23,7 +23,7 @@ impl LogEngine {
         self.stats.reads.fetch_add(1, Ordering::Relaxed);
         // Held until the device reads are done: GC does not reset a zone under them.
         let _r = self.reset.read();
-        let runs = self.runs(&self.state.lock(), first, n);
+        let runs = self.runs(&mut self.state.lock(), first, n)?;
         let mut at = 0;
         for run in runs {
             let d = &mut buf[at..at + run.blocks as usize * BLOCK];
@@ -41,16 +41,21 @@ impl LogEngine {
 
     /// Blocks `first..first + n` as the index has them: runs of blocks never written (or
     /// discarded), and runs contiguous on the device, in logical order.
-    pub(super) fn runs(&self, st: &Meta, first: u32, n: u32) -> Vec<Run> {
+    pub(super) fn runs(&self, st: &mut Meta, first: u32, n: u32) -> Result<Vec<Run>, EngineError> {
         let mut runs: Vec<Run> = Vec::new();
         for i in 0..n {
-            let p = st.index.get(Lba(first + i));
-            match runs.last_mut() {
-                Some(r) if r.next() == p => r.blocks += 1,
-                _ => runs.push(Run { from: p, blocks: 1 }),
-            }
+            push_run(&mut runs, self.lookup(st, Lba(first + i))?);
         }
-        runs
+        Ok(runs)
+    }
+
+    /// [`LogEngine::runs`] without reading a page: `None` when a page is not cached.
+    pub(super) fn cached_runs(&self, st: &Meta, first: u32, n: u32) -> Option<Vec<Run>> {
+        let mut runs: Vec<Run> = Vec::new();
+        for i in 0..n {
+            push_run(&mut runs, st.index.peek(Lba(first + i))?);
+        }
+        Some(runs)
     }
 
     /// Write `data` at `offset`: appended at a user frontier, logged, and acknowledged once
@@ -246,6 +251,14 @@ impl LogEngine {
         self.state.lock().zones.get_mut(zone).needs_reset = false;
         self.log_op(LogRec::ZoneOpen { zone, class })?;
         Ok(())
+    }
+}
+
+/// The next block of a read: it extends the last run or starts one.
+fn push_run(runs: &mut Vec<Run>, p: Option<Pba>) {
+    match runs.last_mut() {
+        Some(r) if r.next() == p => r.blocks += 1,
+        _ => runs.push(Run { from: p, blocks: 1 }),
     }
 }
 

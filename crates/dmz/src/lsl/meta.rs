@@ -11,6 +11,7 @@ use super::index::Index;
 use super::layout::{Layout, Pba, ENTRIES};
 use super::record::LogRec;
 use super::zones::{Frontier, ZoneState, Zones};
+use super::EngineError;
 
 /// Where a record is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +44,15 @@ pub(crate) struct Meta {
 impl Meta {
     /// Apply record `seq`. `landed[i]` says whether block `i` of an `Append` is on the device
     /// (all true on the live path; replay checks unproven records).
-    pub fn apply(&mut self, rec: &LogRec, seq: u64, ctx: Ctx, landed: &[bool]) {
+    /// An error (a page that cannot be read) leaves the record applied in part: the engine
+    /// stops.
+    pub fn apply(
+        &mut self,
+        rec: &LogRec,
+        seq: u64,
+        ctx: Ctx,
+        landed: &[bool],
+    ) -> Result<(), EngineError> {
         match *rec {
             LogRec::Append {
                 lba,
@@ -54,7 +63,7 @@ impl Meta {
                 for (i, ok) in landed.iter().enumerate().take(crcs.len()) {
                     if *ok {
                         let to = self.layout.pba(zone, off + i as u32);
-                        self.remap(Lba(lba.0 + i as u32), Some(to), seq, ctx);
+                        self.remap(Lba(lba.0 + i as u32), Some(to), seq, ctx)?;
                     }
                 }
                 self.compact.mark_blocks(lba, crcs.len() as u32);
@@ -64,11 +73,11 @@ impl Meta {
             LogRec::Move { lba, n, zone, off } => {
                 for i in 0..n {
                     let to = self.layout.pba(zone, off + i);
-                    self.remap(Lba(lba.0 + i), Some(to), seq, ctx);
+                    self.remap(Lba(lba.0 + i), Some(to), seq, ctx)?;
                 }
                 self.zones.get_mut(zone).last_append = self.clock;
             }
-            LogRec::Trim { lba, n } => self.trim(lba, n, seq, ctx),
+            LogRec::Trim { lba, n } => self.trim(lba, n, seq, ctx)?,
             LogRec::ZoneOpen { zone, class } => {
                 let data_blocks = self.layout.data_blocks();
                 let z = self.zones.get_mut(zone);
@@ -93,11 +102,12 @@ impl Meta {
                 z.needs_reset = true;
             }
         }
+        Ok(())
     }
 
     /// Unmap `lba..lba + n`, skipping whole pages that map nothing (a discard of the whole
     /// device, as mkfs makes, costs one step per page).
-    fn trim(&mut self, lba: Lba, n: u32, seq: u64, ctx: Ctx) {
+    fn trim(&mut self, lba: Lba, n: u32, seq: u64, ctx: Ctx) -> Result<(), EngineError> {
         let end = lba.0 as u64 + n as u64;
         let mut b = lba.0 as u64;
         while b < end {
@@ -105,19 +115,20 @@ impl Meta {
             let page_end = (b + (ENTRIES - i) as u64).min(end);
             if self.index.has_page(p) {
                 for x in b..page_end {
-                    self.remap(Lba(x as u32), None, seq, ctx);
+                    self.remap(Lba(x as u32), None, seq, ctx)?;
                 }
             }
             b = page_end;
         }
+        Ok(())
     }
 
     /// Point `lba` at `to`, moving one valid block from its old zone to the new one.
-    fn remap(&mut self, lba: Lba, to: Option<Pba>, seq: u64, ctx: Ctx) {
-        if ctx == Ctx::Replay && seq < self.index.page_seq(Layout::page_of(lba).0) {
-            return;
+    fn remap(&mut self, lba: Lba, to: Option<Pba>, seq: u64, ctx: Ctx) -> Result<(), EngineError> {
+        if ctx == Ctx::Replay && seq < self.index.page_seq(Layout::page_of(lba).0)? {
+            return Ok(());
         }
-        if let Some(old) = self.index.set(lba, to) {
+        if let Some(old) = self.index.set(lba, to)? {
             let z = self.layout.zone_of(old).0;
             let v = &mut self.zones.get_mut(z).valid;
             *v = v.saturating_sub(1);
@@ -125,6 +136,7 @@ impl Meta {
         if let Some(t) = to {
             self.zones.get_mut(self.layout.zone_of(t).0).valid += 1;
         }
+        Ok(())
     }
 
     /// Every page that maps a block, for compaction to look at (at open).
@@ -136,28 +148,24 @@ impl Meta {
         }
     }
 
-    /// Valid counts from the index (at open: the zone table's are as of the checkpoint).
-    pub fn recount_valid(&mut self) {
-        for z in &mut self.zones.info {
-            z.valid = 0;
-        }
-        for (_, p) in self.index.mapped() {
-            self.zones.info[self.layout.zone_of(p).0.idx()].valid += 1;
-        }
+    /// The logical block each data block of each of `zones` holds per the index (`None`
+    /// where nothing live), in one pass over the index: the summaries of open zones rebuilt
+    /// at open, or of a summary block that fails its CRC.
+    pub fn reverse_maps(&self, zones: &[ZoneId]) -> Result<Vec<Vec<Option<Lba>>>, EngineError> {
+        let mut s = vec![vec![None; self.layout.data_blocks() as usize]; zones.len()];
+        self.index.for_each_mapped(|lba, p| {
+            let (z, off) = self.layout.zone_of(p);
+            if let Some(k) = zones.iter().position(|&x| x == z) {
+                if let Some(e) = s[k].get_mut(off as usize) {
+                    *e = Some(lba);
+                }
+            }
+        })?;
+        Ok(s)
     }
 
-    /// The logical block each data block of `zone` holds per the index (`None` where
-    /// nothing live): the summary of an open zone rebuilt at open, or a summary block that
-    /// fails its CRC.
-    pub fn reverse_map(&self, zone: ZoneId) -> Vec<Option<Lba>> {
-        let mut s = vec![None; self.layout.data_blocks() as usize];
-        for (lba, p) in self.index.mapped() {
-            let (z, off) = self.layout.zone_of(p);
-            if z == zone && (off as usize) < s.len() {
-                s[off as usize] = Some(lba);
-            }
-        }
-        s
+    pub fn reverse_map(&self, zone: ZoneId) -> Result<Vec<Option<Lba>>, EngineError> {
+        Ok(self.reverse_maps(&[zone])?.remove(0))
     }
 
     /// See `LogEngine::debug_check`; `zones` is the device's report.
@@ -165,18 +173,24 @@ impl Meta {
         let l = &self.layout;
         let wp = |z: ZoneId| ((zones[z.idx()].wp - zones[z.idx()].start) / BLOCK as u64) as u32;
         let mut valid = vec![0u32; self.zones.info.len()];
-        for (lba, p) in self.index.mapped() {
-            let (z, off) = l.zone_of(p);
-            let state = self.zones.get(z).state;
-            let ok = match state {
-                ZoneState::Open(_) => off < wp(z).min(l.data_blocks()),
-                ZoneState::Full => off < l.data_blocks(),
-                _ => false,
-            };
-            if !ok {
-                return Err(format!("block {} maps to {z}:{off} ({state:?})", lba.0));
-            }
-            valid[z.idx()] += 1;
+        let mut bad = None;
+        self.index
+            .for_each_mapped(|lba, p| {
+                let (z, off) = l.zone_of(p);
+                let state = self.zones.get(z).state;
+                let ok = match state {
+                    ZoneState::Open(_) => off < wp(z).min(l.data_blocks()),
+                    ZoneState::Full => off < l.data_blocks(),
+                    _ => false,
+                };
+                if !ok && bad.is_none() {
+                    bad = Some(format!("block {} maps to {z}:{off} ({state:?})", lba.0));
+                }
+                valid[z.idx()] += 1;
+            })
+            .map_err(|e| e.to_string())?;
+        if let Some(b) = bad {
+            return Err(b);
         }
         for (z, i) in self.zones.info.iter().enumerate() {
             if i.valid != valid[z] {

@@ -8,16 +8,15 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex, RwLock};
 use zbd::{Zone, ZoneOp, ZonedDevice};
 
-use super::layout::Pba;
-use crate::engine::ids::{PageId, ZoneId, BLOCK, IO_BATCH_BLOCKS};
+use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 use crate::engine::meta::log::{scan_half, LogBuf};
 
 use super::compact::PageSet;
-use super::index::Index;
+use super::durable::PAGE_BATCH;
+use super::index::{cache_pages, Index, PageSource};
 use super::layout::{
-    conv_read, conv_write, decode_dir, decode_page, decode_sb, decode_zt, encode_dir, encode_sb,
-    is_data_zone, Checkpoint, FormatOptions, Layout, RawZte, ENTRIES, IN_SLOT, NONE, SB_MAGIC,
-    ZT_ENTRIES,
+    conv_read, conv_write, decode_dir, decode_sb, decode_zt, encode_dir, encode_sb, is_data_zone,
+    Checkpoint, FormatOptions, Layout, RawZte, ENTRIES, NONE, SB_MAGIC, ZT_ENTRIES,
 };
 use super::meta::{Ctx, Meta};
 use super::record::{Class, LogRec};
@@ -171,26 +170,30 @@ pub(super) struct Loaded {
     pub next_seq: u64,
 }
 
-/// Steps 1-5 of open (docs/design.md, "Open and replay"), reading only.
-pub(super) fn load(dev: &dyn ZonedDevice) -> Result<Loaded, EngineError> {
+/// What a load may write: open writes index pages back during a long replay (so that the
+/// cache stays bounded); check writes nothing (its replay keeps every page it changes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    Open,
+    Check,
+}
+
+/// Steps 1-5 of open (docs/design.md, "Open and replay"): everything but the checkpoint.
+pub(super) fn load(
+    dev: &Arc<dyn ZonedDevice>,
+    index_memory: u64,
+    mode: Mode,
+) -> Result<Loaded, EngineError> {
     let zones = dev.report_all()?;
-    let (layout, ck) = read_superblock(dev, &zones)?;
-    let mut meta = load_checkpoint(dev, &layout, &ck)?;
-    // A zone the device does not offer for data is never one, whatever the table says.
-    for (z, info) in meta.zones.info.iter_mut().enumerate() {
-        if !zones.get(z).is_some_and(is_data_zone) {
-            info.state = ZoneState::Unusable;
-        }
-    }
-    check_pages(&meta)?;
+    let (layout, ck) = read_superblock(&**dev, &zones)?;
+    let mut meta = load_checkpoint(dev, &layout, &ck, &zones, index_memory)?;
     let wps: Vec<u32> = zones
         .iter()
         .map(|z| ((z.wp - z.start) / BLOCK as u64) as u32)
         .collect();
     let stats = Counters::default();
-    let next_seq = replay(dev, &mut meta, &wps, &ck, &stats)?;
-    check_mapped(&meta, &zones, &wps)?;
-    meta.recount_valid();
+    let next_seq = replay(&**dev, &mut meta, &wps, &ck, &stats, mode)?;
+    recount_and_check(&mut meta, &zones, &wps)?;
     meta.mark_mapped_pages();
     Ok(Loaded {
         layout,
@@ -214,7 +217,7 @@ impl LogEngine {
             stats,
             next_seq,
             ..
-        } = load(&*dev)?;
+        } = load(&dev, opts.index_memory, Mode::Open)?;
         layout.check_limits(&dev.geometry())?;
         meta.log.start_at(next_seq);
         let turns = (0..layout.user_frontiers())
@@ -261,6 +264,13 @@ impl LogEngine {
                 }
             }
         }
+        // Every open zone's summary, from one pass over the index.
+        let all: Vec<ZoneId> = open.iter().flatten().map(|&(_, z)| z).collect();
+        let mut summaries = self.state.lock().reverse_maps(&all)?;
+        let mut summary_of = |z: ZoneId| {
+            let k = all.iter().position(|&x| x == z).expect("an open zone");
+            std::mem::take(&mut summaries[k])
+        };
         for c in Class::ALL {
             let list = &mut open[c.idx()];
             // Newest first: the newest zones with room take the class's slots.
@@ -271,12 +281,12 @@ impl LogEngine {
                 match slot.filter(|_| wps[z.idx()] < data_blocks) {
                     Some(s) => {
                         let mut f = Frontier::new(z, wps[z.idx()], data_blocks);
-                        f.summary = st.reverse_map(z);
+                        f.summary = summary_of(z);
                         *st.zones.frontier(s) = Some(f);
                     }
                     None => {
                         drop(st);
-                        self.seal_at_open(z, wps[z.idx()])?;
+                        self.seal_at_open(z, wps[z.idx()], summary_of(z))?;
                     }
                 }
             }
@@ -285,8 +295,13 @@ impl LogEngine {
     }
 
     /// Pad an open zone's data part with zeros from `wp`, write the summary blocks not yet
-    /// written (rebuilt from the index); the zone is full.
-    fn seal_at_open(&self, zone: ZoneId, wp: u32) -> Result<(), EngineError> {
+    /// written (`summary`, rebuilt from the index); the zone is full.
+    fn seal_at_open(
+        &self,
+        zone: ZoneId,
+        wp: u32,
+        summary: Vec<Option<Lba>>,
+    ) -> Result<(), EngineError> {
         let l = &self.layout;
         let mut at = wp;
         while at < l.data_blocks() {
@@ -297,7 +312,6 @@ impl LogEngine {
         }
         let from = wp.saturating_sub(l.data_blocks());
         if from < l.summary_blocks {
-            let summary = self.state.lock().reverse_map(zone);
             self.write_summary(zone, from, &summary)?;
         }
         self.state.lock().zones.get_mut(zone).state = ZoneState::Full;
@@ -305,51 +319,55 @@ impl LogEngine {
     }
 }
 
-/// The state as checkpoint `ck` left it: index pages the directory names, the zone table,
-/// and an empty log positioned at epoch `ck.gen`.
+/// The state as checkpoint `ck` left it: the directory (pages are read when needed), the
+/// zone table (a zone the device does not offer for data is never one, whatever the table
+/// says), and an empty log positioned at epoch `ck.gen`.
 fn load_checkpoint(
-    dev: &dyn ZonedDevice,
+    dev: &Arc<dyn ZonedDevice>,
     l: &Layout,
     ck: &Checkpoint,
+    zones: &[Zone],
+    index_memory: u64,
 ) -> Result<Meta, EngineError> {
     let copy = (ck.gen % 2) as usize;
     let bad = |m: String| EngineError::Meta(format!("log layout: {m}"));
-    let mut index = Index::new(l.nr_pages);
+    let mut dir = Vec::with_capacity(l.dir_blocks as usize * ENTRIES);
     let mut b = vec![0u8; BLOCK];
     for j in 0..l.dir_blocks {
-        conv_read(dev, l, l.dir_start(copy) + j as u64, &mut b)?;
-        let dir = decode_dir(j, ck.gen, &b).map_err(bad)?;
-        for (k, &v) in dir.iter().enumerate() {
-            let p = PageId((j as usize * ENTRIES + k) as u32);
-            match v {
-                NONE => {}
-                IN_SLOT if p.0 < l.nr_pages => {
-                    conv_read(dev, l, l.page_start() + p.0 as u64, &mut b)?;
-                    let (seq, entries) = decode_page(p, &b).map_err(bad)?;
-                    index.load_page(p, seq, entries);
-                }
-                first if p.0 < l.nr_pages => index.load_extent(p, ck.ckpt_seq, Pba(first)),
-                v => {
-                    return Err(bad(format!(
-                        "directory entry {v:#x} for page {}, beyond the last",
-                        p.0
-                    )))
-                }
-            }
-        }
+        conv_read(&**dev, l, l.dir_start(copy) + j as u64, &mut b)?;
+        dir.extend_from_slice(&decode_dir(j, ck.gen, &b).map_err(bad)?);
     }
+    if let Some(p) = (l.nr_pages as usize..dir.len()).find(|&p| dir[p] != NONE) {
+        return Err(bad(format!(
+            "directory entry {:#x} for page {p}, beyond the last",
+            dir[p]
+        )));
+    }
+    dir.truncate(l.nr_pages as usize);
     let mut table = Vec::with_capacity(l.zt_blocks as usize * ZT_ENTRIES);
     for j in 0..l.zt_blocks {
-        conv_read(dev, l, l.zt_start(copy) + j as u64, &mut b)?;
+        conv_read(&**dev, l, l.zt_start(copy) + j as u64, &mut b)?;
         table.extend_from_slice(&decode_zt(j, ck.gen, &b).map_err(bad)?);
     }
     table.truncate(l.nr_zones as usize);
+    let mut zt = Zones::from_table(&table, l.user_frontiers());
+    for (z, info) in zt.info.iter_mut().enumerate() {
+        if !zones.get(z).is_some_and(is_data_zone) {
+            info.state = ZoneState::Unusable;
+        }
+    }
+    let data_zone = (0..l.nr_zones)
+        .map(|z| zt.is_data_zone(ZoneId(z)))
+        .collect();
+    let src = PageSource::new(dev.clone(), l.clone(), data_zone);
+    let cap = cache_pages(index_memory, l.nr_pages);
+    let index = Index::new(dir, ck.ckpt_seq, cap, src)?;
     let half = l.log_half();
     let log = LogBuf::new(l.uuid, ck.gen, half, [l.log_start(), l.log_start() + half]);
     Ok(Meta {
         layout: l.clone(),
         index,
-        zones: Zones::from_table(&table, l.user_frontiers()),
+        zones: zt,
         log,
         clock: ck.clock,
         gen: ck.gen,
@@ -359,63 +377,51 @@ fn load_checkpoint(
     })
 }
 
-/// Every block the loaded pages map is below the exposed capacity and lies in the data part
-/// of a data zone (a page is only CRC-checked: a crafted one must not send reads or valid
-/// counts anywhere else, nor keep blocks GC would not see as live).
-fn check_pages(meta: &Meta) -> Result<(), EngineError> {
+/// One pass over the index after replay: the valid counts (the zone table's are as of the
+/// checkpoint, and pages written back since may be newer), and every mapped block lies in
+/// an open or full zone, below the zone's write pointer on the device. A crash never
+/// breaks the latter (data is flushed before the records or pages that map it are proven,
+/// replay drops unproven blocks the device lacks, and a torn superblock's fallback replays
+/// the zone openings its newer pages rely on); damage does: a zone reset outside zonedd, or
+/// a damaged superblock together with a damaged log block. Such a volume is refused,
+/// naming the zone: serving its blocks would return zeros, or, once the zone is written
+/// again, another block's data.
+fn recount_and_check(meta: &mut Meta, zones: &[Zone], wps: &[u32]) -> Result<(), EngineError> {
     let l = &meta.layout;
-    for (lba, p) in meta.index.mapped() {
-        if lba.0 as u64 >= l.user_blocks {
-            return Err(EngineError::Meta(format!(
-                "log layout: index page {} maps block {}, beyond the exposed {} blocks",
-                Layout::page_of(lba).0 .0,
-                lba.0,
-                l.user_blocks
-            )));
-        }
+    let mut valid = vec![0u32; meta.zones.info.len()];
+    let mut bad = None;
+    meta.index.for_each_mapped(|lba, p| {
         let (z, off) = l.zone_of(p);
-        if z.0 >= l.nr_zones || !meta.zones.is_data_zone(z) || off >= l.data_blocks() {
-            return Err(EngineError::Meta(format!(
-                "log layout: index page {} maps block {} to device block {}, not a data block",
-                Layout::page_of(lba).0 .0,
-                lba.0,
-                p.0
-            )));
+        valid[z.idx()] += 1;
+        if bad.is_some() {
+            return;
         }
-    }
-    Ok(())
-}
-
-/// Every block the index maps (after replay) lies in an open or full zone, below the zone's
-/// write pointer on the device. A crash never breaks this (data is flushed before the
-/// records or pages that map it are proven, replay drops unproven blocks the device lacks,
-/// and a torn superblock's fallback replays the zone openings its newer pages rely on);
-/// damage does: a zone reset outside zonedd, or a damaged superblock together with a damaged
-/// log block. Such a volume is refused, naming the zone: serving its blocks would return
-/// zeros, or, once the zone is written again, another block's data.
-fn check_mapped(meta: &Meta, zones: &[Zone], wps: &[u32]) -> Result<(), EngineError> {
-    let l = &meta.layout;
-    for (lba, p) in meta.index.mapped() {
-        let (z, off) = l.zone_of(p);
         let state = meta.zones.get(z).state;
         if !matches!(state, ZoneState::Open(_) | ZoneState::Full) {
-            return Err(EngineError::Meta(format!(
+            bad = Some(format!(
                 "log layout: block {} is mapped into zone {}, which the zone table calls \
                  {state:?}: the metadata is damaged",
                 lba.0, z.0
-            )));
+            ));
+            return;
         }
         let full = zones
             .get(z.idx())
             .is_some_and(|d| d.cond == zbd::ZoneCondition::Full);
         let wp = wps.get(z.idx()).copied().unwrap_or(0);
         if !full && off >= wp {
-            return Err(EngineError::Meta(format!(
+            bad = Some(format!(
                 "log layout: block {} is mapped to block {off} of zone {}, past its write \
                  pointer ({wp}): the zone lost data outside zonedd (reset or damaged)",
                 lba.0, z.0
-            )));
+            ));
         }
+    })?;
+    if let Some(m) = bad {
+        return Err(EngineError::Meta(m));
+    }
+    for (info, v) in meta.zones.info.iter_mut().zip(valid) {
+        info.valid = v;
     }
     Ok(())
 }
@@ -429,6 +435,7 @@ fn replay(
     wps: &[u32],
     ck: &Checkpoint,
     stats: &Counters,
+    mode: Mode,
 ) -> Result<u64, EngineError> {
     let l = meta.layout.clone();
     let base = l.log_start() + (ck.gen % 2) * l.log_half();
@@ -452,6 +459,7 @@ fn replay(
         .max()
         .unwrap_or(0);
     let mut next = ck.ckpt_seq;
+    let mut flushed = false;
     for b in &blocks {
         for (k, rec) in b.recs.iter().enumerate() {
             let seq = b.header.first_seq + k as u64;
@@ -463,11 +471,41 @@ fn replay(
             let landed = landed(dev, meta, rec, wps, seq < proven_below)?;
             let dropped = landed.iter().filter(|&&ok| !ok).count() as u64;
             stats.replay_dropped.fetch_add(dropped, Ordering::Relaxed);
-            meta.apply(rec, seq, Ctx::Replay, &landed);
+            meta.apply(rec, seq, Ctx::Replay, &landed)?;
             stats.replayed.fetch_add(1, Ordering::Relaxed);
+            if mode == Mode::Open && meta.index.needs_writeback() {
+                replay_writeback(dev, meta, seq + 1, &mut flushed)?;
+            }
         }
     }
     Ok(next)
+}
+
+/// Write the pages replay changed back to their slots, folded to `seq` (ahead of the
+/// checkpoint: a replay after a crash skips the records below `seq` for them, and open
+/// recounts the valid blocks). Everything folded is read from the device; one flush first
+/// makes it durable there, so that no page can outlive what it names.
+fn replay_writeback(
+    dev: &dyn ZonedDevice,
+    meta: &mut Meta,
+    seq: u64,
+    flushed: &mut bool,
+) -> Result<(), EngineError> {
+    if !std::mem::replace(flushed, true) {
+        dev.flush()?;
+    }
+    let l = meta.layout.clone();
+    loop {
+        let pages = meta.index.take_dirty(seq, PAGE_BATCH);
+        if pages.is_empty() {
+            break;
+        }
+        for (p, img) in pages {
+            conv_write(dev, &l, l.page_start() + p.0 as u64, &img[..])?;
+        }
+        meta.index.written();
+    }
+    Ok(())
 }
 
 /// For an `Append`, which of its blocks are on the device: all of a proven record; of an
@@ -510,7 +548,7 @@ mod tests {
     //! drop what does not fit, never panic, and the engine it gives must serve requests.
 
     use super::*;
-    use crate::engine::ids::Lba;
+    use crate::engine::ids::{Lba, PageId};
     use crate::lsl::layout::encode_page;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};

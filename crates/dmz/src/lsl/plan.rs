@@ -35,6 +35,7 @@ use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 use crate::engine::ReadSegment;
 
 use super::layout::Pba;
+use super::meta::Meta;
 use super::record::LogRec;
 use super::zones::{Slot, ZoneState};
 use super::{EngineError, LogEngine};
@@ -105,7 +106,8 @@ impl LogEngine {
         let reset = self.reset.try_read_arc()?;
         let runs = {
             let st = self.state.lock();
-            let runs = self.runs(&st, first, n);
+            // A page not cached: the caller's read (on the pool) reads it.
+            let runs = self.cached_runs(&st, first, n)?;
             // Offline or read-only zones: the engine's read reports what the device says.
             let unusable =
                 |p: Pba| st.zones.get(self.layout.zone_of(p).0).state == ZoneState::Unusable;
@@ -294,11 +296,11 @@ impl LogWritePlan {
             return Err(self);
         };
         let mut st = e.state.lock();
-        if !e.can_append(&st, &rec) || e.gc_owed(&st) {
+        if !e.can_append(&st, &rec) || e.gc_owed(&st) || !pages_ready(&st, &rec) {
             return Err(self);
         }
         let mut plan = self;
-        let r = plan.commit(|| e.append_now(&mut st, &rec).ok_or_else(no_room));
+        let r = plan.commit(|| e.append_now(&mut st, &rec)?.ok_or_else(no_room));
         // The plan's drop takes `state` (to give its room back, if not done).
         drop(st);
         drop(plan);
@@ -496,5 +498,14 @@ mod tests {
         let mut back = vec![0u8; 4096];
         e.read(5 * 4096, &mut back).unwrap();
         assert_eq!(back, data);
+    }
+}
+
+/// Whether appending `rec` (a planned write's `Append`) reads no index page: a queue thread
+/// does not wait for the device.
+fn pages_ready(st: &Meta, rec: &LogRec) -> bool {
+    match rec {
+        LogRec::Append { lba, crcs, .. } => st.index.ready(*lba, crcs.len() as u32),
+        _ => false,
     }
 }
