@@ -477,9 +477,9 @@ impl Index {
         self.dir.len() as u32
     }
 
-    /// Pages the cache holds at most before it must write back.
+    /// Pages the cache holds at most (no more than the volume has).
     pub fn cache_cap(&self) -> usize {
-        self.cap
+        self.cap.min(self.dir.len())
     }
 
     pub fn cached_pages(&self) -> usize {
