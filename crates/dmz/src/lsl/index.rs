@@ -442,6 +442,25 @@ impl Index {
         Ok(())
     }
 
+    /// Read pages stored in their slots into the cache, in order, while it has room (at
+    /// open: a volume whose index fits is then served without a miss, and its pages are read
+    /// once for [`Index::for_each_mapped`] too).
+    pub fn warm(&mut self) -> Result<(), EngineError> {
+        for p in 0..self.dir.len() {
+            if self.cache.len() >= self.cap {
+                break;
+            }
+            if self.dir[p] == IN_SLOT && !self.cache.contains_key(&(p as u32)) {
+                let id = PageId(p as u32);
+                let (seq, entries) = self.src.read(id)?;
+                let mut page = Page::new(entries, seq);
+                page.referenced = false;
+                self.insert(id, page);
+            }
+        }
+        Ok(())
+    }
+
     /// Page `p`'s mapped blocks, in logical order.
     pub fn page_blocks(&mut self, p: PageId) -> Result<Vec<(Lba, Pba)>, EngineError> {
         let first = p.0 as usize * ENTRIES;

@@ -390,6 +390,7 @@ fn recount_and_check(meta: &mut Meta, zones: &[Zone], wps: &[u32]) -> Result<(),
     let l = &meta.layout;
     let mut valid = vec![0u32; meta.zones.info.len()];
     let mut bad = None;
+    meta.index.warm()?;
     meta.index.for_each_mapped(|lba, p| {
         let (z, off) = l.zone_of(p);
         valid[z.idx()] += 1;
