@@ -429,6 +429,15 @@ impl Drop for LogWrite {
     }
 }
 
+/// Whether appending `rec` (a planned write's `Append`) reads no index page: a queue thread
+/// does not wait for the device.
+fn pages_ready(st: &Meta, rec: &LogRec) -> bool {
+    match rec {
+        LogRec::Append { lba, crcs, .. } => st.index.ready(*lba, crcs.len() as u32),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -498,14 +507,5 @@ mod tests {
         let mut back = vec![0u8; 4096];
         e.read(5 * 4096, &mut back).unwrap();
         assert_eq!(back, data);
-    }
-}
-
-/// Whether appending `rec` (a planned write's `Append`) reads no index page: a queue thread
-/// does not wait for the device.
-fn pages_ready(st: &Meta, rec: &LogRec) -> bool {
-    match rec {
-        LogRec::Append { lba, crcs, .. } => st.index.ready(*lba, crcs.len() as u32),
-        _ => false,
     }
 }
