@@ -219,7 +219,7 @@ pub mod create {
         pub reclaim_max_active: Option<u32>,
         /// Log-layout volumes: MiB of metadata kept in memory (the index directory, 4 MiB of
         /// other state, and a cache of index pages in the rest; default 64, which holds a
-        /// 10 TiB volume's index). At least 5.
+        /// 10 TiB volume's index). From 5 to 1048576 (1 TiB).
         #[arg(long, value_name = "MIB")]
         pub index_memory_mib: Option<u64>,
         /// Format the backend first (destroys its data).

@@ -561,7 +561,15 @@ fn bad_create_options_before_environment() {
         "--index-memory-mib",
         "4",
     ]);
-    refused(&o, 2, &["--index-memory-mib must be at least 5"]);
+    refused(&o, 2, &["--index-memory-mib must be between 5 and 1048576"]);
+    let o = zonedd(&[
+        "create",
+        "--backend",
+        "/nonexistent",
+        "--index-memory-mib",
+        "1048577",
+    ]);
+    refused(&o, 2, &["--index-memory-mib must be between 5 and 1048576"]);
     let o = zonedd(&["create", "--backend", "mem:64M", "--index-memory-mib", "64"]);
     refused(
         &o,

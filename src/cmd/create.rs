@@ -40,6 +40,8 @@ fn default_reclaim_parallel(spec: &DeviceSpec) -> usize {
 
 /// The smallest `--index-memory-mib`: below it, even a small volume's cache holds few pages.
 const MIN_INDEX_MEMORY_MIB: u64 = 5;
+/// The largest: 1 TiB (more than any volume's whole index; keeps the bytes in a `u64`).
+const MAX_INDEX_MEMORY_MIB: u64 = 1 << 20;
 
 /// Chunk size of the test targets (`mem:SIZE`, `file:PATH`).
 const TEST_CHUNK: u64 = 4 << 20;
@@ -53,10 +55,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     if args
         .index_memory_mib
-        .is_some_and(|m| m < MIN_INDEX_MEMORY_MIB)
+        .is_some_and(|m| !(MIN_INDEX_MEMORY_MIB..=MAX_INDEX_MEMORY_MIB).contains(&m))
     {
         return Err(CliError::Usage(format!(
-            "--index-memory-mib must be at least {MIN_INDEX_MEMORY_MIB}"
+            "--index-memory-mib must be between {MIN_INDEX_MEMORY_MIB} and {MAX_INDEX_MEMORY_MIB}"
         )));
     }
     if args.index_memory_mib.is_some() && is_test_backend(&args.backend[0]) {
@@ -599,7 +601,7 @@ fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
     if dmz::lsl::is_log_layout(dev.as_ref()) {
         let mut opts = dmz::lsl::LogOptions::default();
         if let Some(m) = spec.index_memory_mib {
-            opts.index_memory = m << 20;
+            opts.index_memory = m.min(MAX_INDEX_MEMORY_MIB) << 20;
         }
         return super::log_target::open(&spec.backend, dev, opts);
     }
