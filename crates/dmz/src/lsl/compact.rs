@@ -19,6 +19,8 @@
 
 use std::sync::atomic::Ordering;
 
+use parking_lot::MutexGuard;
+
 use crate::engine::ids::{Lba, PageId};
 
 use super::gc::GcWork;
@@ -169,7 +171,12 @@ impl LogEngine {
             let Some(p) = st.compact.take_next() else {
                 return Ok(Compaction::Nothing);
             };
+            let reads = st.index.page_reads();
             let (n, extents) = st.index.page_extents(p).map_err(|e| self.fail(e))?;
+            if st.index.page_reads() != reads {
+                // As `gc_lookup`: others go first after a page read (`wlock` is held).
+                MutexGuard::bump(&mut st);
+            }
             if extents <= self.opts.compact_min_extents.max(self.zones_spanned(n)) {
                 continue;
             }

@@ -17,6 +17,8 @@ use zbd::ZoneOp;
 use crate::engine::ids::{Lba, PageId, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 
 use super::layout::{decode_summary, Pba, ENTRIES};
+use parking_lot::MutexGuard;
+
 use super::meta::Meta;
 use super::record::LogRec;
 use super::{EngineError, LogEngine};
@@ -251,7 +253,7 @@ impl LogEngine {
                     break;
                 }
                 let (lba, from) = work.live[i];
-                if self.lookup(&mut st, lba)? == Some(from) {
+                if self.gc_lookup(&mut st, lba)? == Some(from) {
                     picks.push(i);
                 }
             }
@@ -302,7 +304,7 @@ impl LogEngine {
             let mut st = self.state.lock();
             let mut still: Vec<(Lba, Pba)> = Vec::with_capacity(work.copied.len());
             for &(lba, from, to) in &work.copied {
-                if self.lookup(&mut st, lba)? == Some(from) {
+                if self.gc_lookup(&mut st, lba)? == Some(from) {
                     still.push((lba, to));
                 }
             }
@@ -362,7 +364,7 @@ impl LogEngine {
     /// index still maps there, in logical order.
     fn live_of(
         &self,
-        st: &mut Meta,
+        st: &mut MutexGuard<'_, Meta>,
         victim: ZoneId,
         summary: &[Option<Lba>],
     ) -> Result<Vec<(Lba, u32)>, EngineError> {
@@ -371,7 +373,7 @@ impl LogEngine {
             let Some(l) = *l else { continue };
             let off = off as u32;
             if (l.0 as u64) < self.layout.user_blocks
-                && self.lookup(st, l)? == Some(self.layout.pba(victim, off))
+                && self.gc_lookup(st, l)? == Some(self.layout.pba(victim, off))
             {
                 v.push((l, off));
             }
@@ -384,6 +386,24 @@ impl LogEngine {
     /// `lba`'s location; a page that cannot be read stops the engine.
     pub(super) fn lookup(&self, st: &mut Meta, lba: Lba) -> Result<Option<Pba>, EngineError> {
         st.index.get(lba).map_err(|e| self.fail(e))
+    }
+
+    /// [`LogEngine::lookup`] in one of GC's and compaction's loops, which hold `state`
+    /// across many lookups: after one that read a page, threads waiting for `state` (reads,
+    /// plans) go first, so that a victim's blocks scattered over many pages do not stall
+    /// them for every read. Safe because the caller holds `wlock`: no record changes the
+    /// index meanwhile.
+    pub(super) fn gc_lookup(
+        &self,
+        st: &mut MutexGuard<'_, Meta>,
+        lba: Lba,
+    ) -> Result<Option<Pba>, EngineError> {
+        let reads = st.index.page_reads();
+        let at = self.lookup(st, lba)?;
+        if st.index.page_reads() != reads {
+            MutexGuard::bump(st);
+        }
+        Ok(at)
     }
 
     /// The logical block of each data block of a full zone, from its summary; a summary block

@@ -24,10 +24,12 @@ use super::EngineError;
 /// places in the eviction order (up to two), the dirty and the pinned lists.
 const PAGE_OVERHEAD: u64 = 80;
 
-/// Bytes the rest of the metadata state may take (zone table, frontier summaries, a GC
-/// victim's summary, log buffers): the index memory budget less this and the directory is
-/// the cache (log-layout.md 5.6).
-const OTHER_STATE: u64 = 4 << 20;
+/// Bytes the rest of the metadata state may take: the index memory budget less this and
+/// the directory is the cache (log-layout.md 5.6). At 10 TiB with 256 MiB zones: the zone
+/// table (40,960 entries of 24 bytes, 0.94 MiB), five frontiers' summaries (65,536 entries
+/// of 8 bytes each, 2.5 MiB), a GC victim's live list (up to 0.5 MiB), compaction's page
+/// set (0.3 MiB) and the log buffers: about 4.4 MiB.
+const OTHER_STATE: u64 = 5 << 20;
 
 /// Fewest pages the cache holds, whatever the budget.
 const MIN_CACHE_PAGES: usize = 1;
@@ -84,6 +86,8 @@ pub(crate) struct PageSource {
     layout: Layout,
     /// Per zone: whether the device and the zone table offer it for data.
     data_zone: Vec<bool>,
+    /// Pages read (cache misses and the passes over the whole index).
+    reads: std::cell::Cell<u64>,
 }
 
 impl PageSource {
@@ -92,12 +96,14 @@ impl PageSource {
             dev,
             layout,
             data_zone,
+            reads: std::cell::Cell::new(0),
         }
     }
 
     /// Page `p` from its slot: its fold point and entries.
     fn read(&self, p: PageId) -> Result<(u64, Box<[u32; ENTRIES]>), EngineError> {
         let mut b = vec![0u8; BLOCK];
+        self.reads.set(self.reads.get() + 1);
         conv_read(
             &*self.dev,
             &self.layout,
@@ -167,11 +173,15 @@ pub(crate) struct Index {
     dirty: Vec<u32>,
     nr_dirty: usize,
     pinned: Vec<u32>,
+    /// Cached pages neither dirty nor pinned: what eviction can take (none: it does not
+    /// look).
+    clean: usize,
+    /// Pages of the record being applied ([`Index::hold`]): never evicted meanwhile, so
+    /// that a record [`Index::ready`] said needs no page read needs none.
+    held: Option<(u32, u32)>,
     cap: usize,
     extent_pages: u64,
     src: PageSource,
-    /// Pages read from their slots.
-    pub misses: u64,
 }
 
 impl Index {
@@ -199,10 +209,11 @@ impl Index {
             dirty: Vec::new(),
             nr_dirty: 0,
             pinned: Vec::new(),
+            clean: 0,
+            held: None,
             cap: cap.max(MIN_CACHE_PAGES),
             extent_pages,
             src,
-            misses: 0,
         })
     }
 
@@ -224,7 +235,6 @@ impl Index {
             let page = match self.dir[p.idx()] {
                 NONE => return Ok(None),
                 IN_SLOT => {
-                    self.misses += 1;
                     let (seq, entries) = self.src.read(p)?;
                     Page::new(entries, seq)
                 }
@@ -247,6 +257,8 @@ impl Index {
         if self.cache.len() >= self.cap {
             self.evict_one();
         }
+        debug_assert!(!page.dirty && !page.pinned);
+        self.clean += 1;
         self.cache.insert(p.0, page);
         self.clock.push_back(p.0);
         if self.clock.len() > 2 * self.cache.len() + 16 {
@@ -254,23 +266,44 @@ impl Index {
         }
     }
 
-    /// Evict one clean, unpinned page not used since the hand last passed it (none: the cache
-    /// grows until the next write-back, which the engine makes once half of it is dirty).
+    /// Evict one clean, unpinned page not used since the hand last passed it and not held
+    /// (none: the cache grows until the next write-back, which the engine makes once half of
+    /// it is dirty). With no clean page it returns at once: a cache full of dirty pages
+    /// (`zonedd check`, which never writes back) costs no walk per insert.
     fn evict_one(&mut self) {
+        if self.clean == 0 {
+            return;
+        }
         for _ in 0..2 * self.clock.len() {
             let Some(p) = self.clock.pop_front() else {
                 return;
             };
+            let held = self.held.is_some_and(|(a, b)| (a..=b).contains(&p));
             let Some(page) = self.cache.get_mut(&p) else {
                 continue;
             };
-            if page.dirty || page.pinned || std::mem::take(&mut page.referenced) {
+            if page.dirty || page.pinned || held || std::mem::take(&mut page.referenced) {
                 self.clock.push_back(p);
                 continue;
             }
             self.cache.remove(&p);
+            self.clean -= 1;
             return;
         }
+    }
+
+    /// Keep the pages of blocks `lba..lba + n` cached until [`Index::release`] (around the
+    /// application of one record: `Meta::apply`).
+    pub fn hold(&mut self, lba: Lba, n: u32) {
+        let first = Layout::page_of(lba).0 .0;
+        let last = Layout::page_of(Lba(lba.0.saturating_add(n.max(1) - 1)))
+            .0
+             .0;
+        self.held = Some((first, last));
+    }
+
+    pub fn release(&mut self) {
+        self.held = None;
     }
 
     /// The eviction order with each cached page once.
@@ -332,6 +365,9 @@ impl Index {
         if !std::mem::replace(&mut page.dirty, true) {
             self.nr_dirty += 1;
             self.dirty.push(p.0);
+            if !page.pinned {
+                self.clean -= 1;
+            }
         }
         if page.mapped == 0 && !page.pinned {
             self.cache.remove(&p.0);
@@ -377,7 +413,12 @@ impl Index {
             self.nr_dirty -= 1;
             pg.seq = seq;
             let v = match pg.as_extent() {
-                Some(first) => first,
+                Some(first) => {
+                    if !pg.pinned {
+                        self.clean += 1;
+                    }
+                    first
+                }
                 None => {
                     pg.pinned = true;
                     self.pinned.push(p);
@@ -394,7 +435,9 @@ impl Index {
     pub fn written(&mut self) {
         for p in std::mem::take(&mut self.pinned) {
             if let Some(pg) = self.cache.get_mut(&p) {
-                pg.pinned = false;
+                if std::mem::take(&mut pg.pinned) && !pg.dirty {
+                    self.clean += 1;
+                }
             }
         }
     }
@@ -489,6 +532,29 @@ impl Index {
             }
         }
         Ok((mapped, extents))
+    }
+
+    /// The cache's counts agree with its pages (`LogEngine::debug_check`).
+    pub fn check_counts(&self) -> Result<(), String> {
+        let dirty = self.cache.values().filter(|p| p.dirty).count();
+        let clean = self
+            .cache
+            .values()
+            .filter(|p| !p.dirty && !p.pinned)
+            .count();
+        if (dirty, clean) != (self.nr_dirty, self.clean) {
+            return Err(format!(
+                "index cache: {dirty} dirty and {clean} evictable pages, counted {} and {}",
+                self.nr_dirty, self.clean
+            ));
+        }
+        Ok(())
+    }
+
+    /// Pages read from their slots: cache misses, and the pages a pass over the whole index
+    /// read without caching.
+    pub fn page_reads(&self) -> u64 {
+        self.src.reads.get()
     }
 
     /// Pages in the index (mapped or not).

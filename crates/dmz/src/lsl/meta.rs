@@ -2,7 +2,7 @@
 //! metadata log buffer, clock and checkpoint generation. Every change goes through a record
 //! ([`Meta::apply`]), the same function on the live path and at replay.
 
-use crate::engine::ids::{Lba, PageId, ZoneId, BLOCK};
+use crate::engine::ids::{Lba, ZoneId, BLOCK};
 use crate::engine::meta::log::LogBuf;
 
 use super::compact::PageSet;
@@ -47,6 +47,29 @@ impl Meta {
     /// An error (a page that cannot be read) leaves the record applied in part: the engine
     /// stops.
     pub fn apply(
+        &mut self,
+        rec: &LogRec,
+        seq: u64,
+        ctx: Ctx,
+        landed: &[bool],
+    ) -> Result<(), EngineError> {
+        // A record's pages stay cached while it is applied: one it maps into a page not
+        // cached yet must not evict another it changes (a planned write checked them all,
+        // and its queue thread must not read a page under the state lock).
+        let blocks = match *rec {
+            LogRec::Append { lba, ref crcs, .. } => Some((lba, crcs.len() as u32)),
+            LogRec::Move { lba, n, .. } | LogRec::Trim { lba, n } => Some((lba, n)),
+            _ => None,
+        };
+        if let Some((lba, n)) = blocks {
+            self.index.hold(lba, n);
+        }
+        let r = self.apply_held(rec, seq, ctx, landed);
+        self.index.release();
+        r
+    }
+
+    fn apply_held(
         &mut self,
         rec: &LogRec,
         seq: u64,
@@ -139,24 +162,16 @@ impl Meta {
         Ok(())
     }
 
-    /// Every page that maps a block, for compaction to look at (at open).
-    pub fn mark_mapped_pages(&mut self) {
-        for p in 0..self.index.nr_pages() {
-            if self.index.has_page(PageId(p)) {
-                self.compact.mark(PageId(p));
-            }
-        }
-    }
-
-    /// The logical block each data block of each of `zones` holds per the index (`None`
-    /// where nothing live), in one pass over the index: the summaries of open zones rebuilt
-    /// at open, or of a summary block that fails its CRC.
-    pub fn reverse_maps(&self, zones: &[ZoneId]) -> Result<Vec<Vec<Option<Lba>>>, EngineError> {
-        let mut s = vec![vec![None; self.layout.data_blocks() as usize]; zones.len()];
+    /// The logical block each data block of `zone` holds per the index (`None` where
+    /// nothing live), from one pass over the index: a GC victim's summary when a summary
+    /// block fails its CRC. (Open builds the open zones' summaries in its own pass:
+    /// `open::recount_and_check`.)
+    pub fn reverse_map(&self, zone: ZoneId) -> Result<Vec<Option<Lba>>, EngineError> {
+        let mut s = vec![None; self.layout.data_blocks() as usize];
         self.index.for_each_mapped(|lba, p| {
             let (z, off) = self.layout.zone_of(p);
-            if let Some(k) = zones.iter().position(|&x| x == z) {
-                if let Some(e) = s[k].get_mut(off as usize) {
+            if z == zone {
+                if let Some(e) = s.get_mut(off as usize) {
                     *e = Some(lba);
                 }
             }
@@ -164,14 +179,11 @@ impl Meta {
         Ok(s)
     }
 
-    pub fn reverse_map(&self, zone: ZoneId) -> Result<Vec<Option<Lba>>, EngineError> {
-        Ok(self.reverse_maps(&[zone])?.remove(0))
-    }
-
     /// See `LogEngine::debug_check`; `zones` is the device's report.
     pub fn check(&self, zones: &[zbd::Zone]) -> Result<(), String> {
         let l = &self.layout;
         let wp = |z: ZoneId| ((zones[z.idx()].wp - zones[z.idx()].start) / BLOCK as u64) as u32;
+        self.index.check_counts()?;
         let mut valid = vec![0u32; self.zones.info.len()];
         let mut bad = None;
         self.index

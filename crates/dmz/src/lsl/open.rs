@@ -8,7 +8,7 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex, RwLock};
 use zbd::{Zone, ZoneOp, ZonedDevice};
 
-use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
+use crate::engine::ids::{Lba, PageId, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 use crate::engine::meta::log::{scan_half, LogBuf};
 
 use super::compact::PageSet;
@@ -168,7 +168,12 @@ pub(super) struct Loaded {
     pub wps: Vec<u32>,
     pub stats: Counters,
     pub next_seq: u64,
+    /// Each open zone's summary, rebuilt from the index (`recount_and_check`).
+    pub summaries: Summaries,
 }
+
+/// Open zones and the logical block each of their data blocks holds per the index.
+pub(super) type Summaries = Vec<(ZoneId, Vec<Option<Lba>>)>;
 
 /// What a load may write: open writes index pages back during a long replay (so that the
 /// cache stays bounded); check writes nothing (its replay keeps every page it changes).
@@ -193,8 +198,7 @@ pub(super) fn load(
         .collect();
     let stats = Counters::default();
     let next_seq = replay(&**dev, &mut meta, &wps, &ck, &stats, mode)?;
-    recount_and_check(&mut meta, &zones, &wps)?;
-    meta.mark_mapped_pages();
+    let summaries = recount_and_check(&mut meta, &zones, &wps)?;
     Ok(Loaded {
         layout,
         ck,
@@ -203,6 +207,7 @@ pub(super) fn load(
         wps,
         stats,
         next_seq,
+        summaries,
     })
 }
 
@@ -216,6 +221,7 @@ impl LogEngine {
             wps,
             stats,
             next_seq,
+            summaries,
             ..
         } = load(&dev, opts.index_memory, Mode::Open)?;
         layout.check_limits(&dev.geometry())?;
@@ -241,7 +247,7 @@ impl LogEngine {
         };
         {
             let _w = e.wlock.lock();
-            e.settle_zones(&wps)?;
+            e.settle_zones(&wps, summaries)?;
             e.checkpoint()?;
         }
         Ok(e)
@@ -249,9 +255,9 @@ impl LogEngine {
 
     /// After replay: free zones holding old data are reset before use; of each class's open
     /// zones the ones opened last with room (as many as the class has slots) stay its
-    /// frontiers (summaries rebuilt from the index), the others are padded and sealed with
-    /// their summary.
-    fn settle_zones(&self, wps: &[u32]) -> Result<(), EngineError> {
+    /// frontiers (with their `summaries`, rebuilt from the index), the others are padded and
+    /// sealed with their summary.
+    fn settle_zones(&self, wps: &[u32], mut summaries: Summaries) -> Result<(), EngineError> {
         let data_blocks = self.layout.data_blocks();
         let mut open: [Vec<(u64, ZoneId)>; 2] = [Vec::new(), Vec::new()];
         {
@@ -264,12 +270,12 @@ impl LogEngine {
                 }
             }
         }
-        // Every open zone's summary, from one pass over the index.
-        let all: Vec<ZoneId> = open.iter().flatten().map(|&(_, z)| z).collect();
-        let mut summaries = self.state.lock().reverse_maps(&all)?;
         let mut summary_of = |z: ZoneId| {
-            let k = all.iter().position(|&x| x == z).expect("an open zone");
-            std::mem::take(&mut summaries[k])
+            let k = summaries
+                .iter()
+                .position(|s| s.0 == z)
+                .expect("an open zone");
+            std::mem::take(&mut summaries[k].1)
         };
         for c in Class::ALL {
             let list = &mut open[c.idx()];
@@ -386,14 +392,44 @@ fn load_checkpoint(
 /// a damaged superblock together with a damaged log block. Such a volume is refused,
 /// naming the zone: serving its blocks would return zeros, or, once the zone is written
 /// again, another block's data.
-fn recount_and_check(meta: &mut Meta, zones: &[Zone], wps: &[u32]) -> Result<(), EngineError> {
+fn recount_and_check(
+    meta: &mut Meta,
+    zones: &[Zone],
+    wps: &[u32],
+) -> Result<Summaries, EngineError> {
     let l = &meta.layout;
     let mut valid = vec![0u32; meta.zones.info.len()];
     let mut bad = None;
+    // Open zones are few (the frontiers, and zones a crash left open): a short list.
+    let mut summaries: Summaries = (meta.zones.info.iter().enumerate())
+        .filter(|(_, i)| matches!(i.state, ZoneState::Open(_)))
+        .map(|(z, _)| (ZoneId(z as u32), vec![None; l.data_blocks() as usize]))
+        .collect();
+    let mut summary_of = vec![None; valid.len()];
+    for (k, s) in summaries.iter().enumerate() {
+        summary_of[s.0.idx()] = Some(k);
+    }
+    // Pages of more than one extent, for idle compaction to look at (one of one extent
+    // never needs it): (page, extents, the device block that would continue the last).
+    let mut scattered = Vec::new();
+    let mut page: Option<(u32, u32, u32)> = None;
     meta.index.warm()?;
     meta.index.for_each_mapped(|lba, p| {
+        let pg = lba.0 / ENTRIES as u32;
+        page = match page {
+            Some((q, e, next)) if q == pg => Some((q, e + (p.0 != next) as u32, p.0 + 1)),
+            done => {
+                scattered.extend(done.filter(|d| d.1 > 1).map(|d| PageId(d.0)));
+                Some((pg, 1, p.0 + 1))
+            }
+        };
         let (z, off) = l.zone_of(p);
         valid[z.idx()] += 1;
+        if let Some(k) = summary_of[z.idx()] {
+            if let Some(e) = summaries[k].1.get_mut(off as usize) {
+                *e = Some(lba);
+            }
+        }
         if bad.is_some() {
             return;
         }
@@ -424,7 +460,11 @@ fn recount_and_check(meta: &mut Meta, zones: &[Zone], wps: &[u32]) -> Result<(),
     for (info, v) in meta.zones.info.iter_mut().zip(valid) {
         info.valid = v;
     }
-    Ok(())
+    scattered.extend(page.filter(|d| d.1 > 1).map(|d| PageId(d.0)));
+    for p in scattered {
+        meta.compact.mark(p);
+    }
+    Ok(summaries)
 }
 
 /// Apply the log half of generation `ck.gen` from `ck.ckpt_seq`; returns the next sequence
@@ -549,7 +589,7 @@ mod tests {
     //! drop what does not fit, never panic, and the engine it gives must serve requests.
 
     use super::*;
-    use crate::engine::ids::{Lba, PageId};
+    use crate::engine::ids::Lba;
     use crate::lsl::layout::encode_page;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
@@ -604,6 +644,39 @@ mod tests {
             }
             let p = encode_page(PageId(0), rng.gen_range(0..ck.ckpt_seq + 20), &e);
             conv_write(dev, &l, l.page_start(), &p[..]).unwrap();
+        }
+    }
+
+    /// Open reads each index page once, however small the cache: the valid counts, the
+    /// checks and the open zones' summaries come from one pass.
+    #[test]
+    fn open_reads_each_page_once() {
+        // 40 zones of 1 MiB, 4 conventional: 7 index pages.
+        let dev = Arc::new(zbd::MemDevice::with_zones(1 << 20, 40, 4).unwrap());
+        let fopts = FormatOptions {
+            log_blocks: 32,
+            ..FormatOptions::default()
+        };
+        format(&*dev, &fopts).unwrap();
+        let opts = LogOptions {
+            index_memory: 0,
+            ..LogOptions::default()
+        };
+        let e = LogEngine::open(dev.clone(), opts.clone()).unwrap();
+        let pages = (e.capacity() / 4096).div_ceil(ENTRIES as u64);
+        assert!(pages >= 4, "{pages} pages");
+        for p in 0..pages {
+            let b = (p * ENTRIES as u64 + 7).min(e.capacity() / 4096 - 1);
+            e.write(b * 4096, &[p as u8 + 1; 4096], false).unwrap();
+        }
+        e.close().unwrap();
+        let e = LogEngine::open(dev, opts).unwrap();
+        assert_eq!(e.stats().index_page_reads, pages, "pages read at open");
+        for p in 0..pages {
+            let b = (p * ENTRIES as u64 + 7).min(e.capacity() / 4096 - 1);
+            let mut back = [0u8; 4096];
+            e.read(b * 4096, &mut back).unwrap();
+            assert_eq!(back, [p as u8 + 1; 4096]);
         }
     }
 

@@ -442,7 +442,7 @@ fn pages_ready(st: &Meta, rec: &LogRec) -> bool {
 mod tests {
     use std::sync::Arc;
 
-    use super::super::{test_volume, LogEngine, LogOptions};
+    use super::super::{format, test_volume, FormatOptions, LogEngine, LogOptions};
 
     /// `try_complete` gives the plan back, recording nothing, while `wlock` is held (a GC
     /// step or a checkpoint); the plan still holds its place, and completes once it is free.
@@ -470,6 +470,48 @@ mod tests {
         e.read(3 * 4096, &mut back).unwrap();
         assert_eq!(back, data);
         assert_eq!(e.stats().planned_writes, 1);
+        e.debug_check().unwrap();
+    }
+
+    /// A planned write whose index pages are cached (or map nothing) reads no page while it
+    /// completes, even with a cache of one page: mapping its first block into a new page
+    /// must not evict the cached page its second block changes (the queue thread would read
+    /// it under the state lock).
+    #[test]
+    fn a_ready_plan_reads_no_page_while_it_completes() {
+        let lopts = LogOptions {
+            index_memory: 0,
+            ..LogOptions::default()
+        };
+        // 40 zones of 256 KiB, 4 conventional: 2 index pages.
+        let dev = Arc::new(zbd::MemDevice::with_zones(256 << 10, 40, 4).unwrap());
+        let fopts = FormatOptions {
+            log_blocks: 32,
+            ..FormatOptions::default()
+        };
+        format(&*dev, &fopts).unwrap();
+        let e = Arc::new(LogEngine::open(dev, lopts).unwrap());
+        // Page 1 (blocks 1020..2040) in its slot, page 0 never written.
+        e.write(1020 * 4096, &[1u8; 4096], false).unwrap();
+        e.write(1500 * 4096, &[2u8; 4096], false).unwrap();
+        e.debug_checkpoint().unwrap();
+        let mut back = vec![0u8; 4096];
+        e.read(1020 * 4096, &mut back).unwrap();
+        assert_eq!(back, [1u8; 4096]);
+        // Blocks 1019 and 1020: page 0 (new) and page 1 (cached).
+        let data = vec![0x77u8; 8192];
+        let mut plan = e.plan_write(1019 * 4096, &data).expect("a plan");
+        plan.write_for_test(&data).unwrap();
+        let reads = e.stats().index_page_reads;
+        let seq = match plan.try_complete(&data) {
+            Ok(r) => r.unwrap(),
+            Err(_) => panic!("declined: the pages were ready"),
+        };
+        assert_eq!(e.stats().index_page_reads, reads, "a page was read");
+        e.sync(seq).unwrap();
+        let mut back = vec![0u8; 8192];
+        e.read(1019 * 4096, &mut back).unwrap();
+        assert_eq!(back, data);
         e.debug_check().unwrap();
     }
 
