@@ -222,6 +222,12 @@ pub mod create {
         /// 10 TiB volume's index). From 5 to 1048576 (1 TiB).
         #[arg(long, value_name = "MIB")]
         pub index_memory_mib: Option<u64>,
+        /// Log-layout volumes: which data idle compaction rewrites in logical order: what
+        /// reads find scattered (`reads`, the default: disk time only for data read in
+        /// runs), what writes change (`writes`: randomly written data is made sequential
+        /// whether read or not), or nothing (`never`).
+        #[arg(long, value_parser = ["reads", "writes", "never"])]
+        pub compact: Option<String>,
         /// Format the backend first (destroys its data).
         #[arg(long)]
         pub format: bool,

@@ -570,6 +570,26 @@ fn bad_create_options_before_environment() {
         "1048577",
     ]);
     refused(&o, 2, &["--index-memory-mib must be between 5 and 1048576"]);
+    // clap: an unknown policy.
+    let o = zonedd(&[
+        "create",
+        "--backend",
+        "/nonexistent",
+        "--compact",
+        "sometimes",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("invalid value 'sometimes' for '--compact"),
+        "{}",
+        text(&o)
+    );
+    let o = zonedd(&["create", "--backend", "mem:64M", "--compact", "writes"]);
+    refused(
+        &o,
+        2,
+        &["--compact applies to log-layout volumes; mem:64M is a test target"],
+    );
     let o = zonedd(&["create", "--backend", "mem:64M", "--index-memory-mib", "64"]);
     refused(
         &o,

@@ -43,6 +43,20 @@ const MIN_INDEX_MEMORY_MIB: u64 = 5;
 /// The largest: 1 TiB (more than any volume's whole index; keeps the bytes in a `u64`).
 const MAX_INDEX_MEMORY_MIB: u64 = 1 << 20;
 
+/// The first option given that only a log-layout volume takes.
+fn log_layout_option(
+    index_memory_mib: Option<u64>,
+    compact: &Option<String>,
+) -> Option<&'static str> {
+    if index_memory_mib.is_some() {
+        Some("--index-memory-mib")
+    } else if compact.is_some() {
+        Some("--compact")
+    } else {
+        None
+    }
+}
+
 /// Chunk size of the test targets (`mem:SIZE`, `file:PATH`).
 const TEST_CHUNK: u64 = 4 << 20;
 
@@ -61,11 +75,13 @@ pub fn run(args: Args) -> Result<(), CliError> {
             "--index-memory-mib must be between {MIN_INDEX_MEMORY_MIB} and {MAX_INDEX_MEMORY_MIB}"
         )));
     }
-    if args.index_memory_mib.is_some() && is_test_backend(&args.backend[0]) {
-        return Err(CliError::Usage(format!(
-            "--index-memory-mib applies to log-layout volumes; {} is a test target",
-            args.backend[0]
-        )));
+    if let Some(opt) = log_layout_option(args.index_memory_mib, &args.compact) {
+        if is_test_backend(&args.backend[0]) {
+            return Err(CliError::Usage(format!(
+                "{opt} applies to log-layout volumes; {} is a test target",
+                args.backend[0]
+            )));
+        }
     }
     if args.backend.len() > 1 && args.cache.is_none() {
         return Err(CliError::Usage(
@@ -88,6 +104,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         max_active: args.max_active,
         reclaim_max_active: args.reclaim_max_active,
         index_memory_mib: args.index_memory_mib,
+        compact: args.compact.clone(),
         queues: args.queues,
         depth: args.depth,
         exposed: false,
@@ -203,9 +220,9 @@ fn check_backend(spec: &DeviceSpec) -> Result<(), CliError> {
         // A log-layout volume: its engine checks it as it opens (open_target).
         return Ok(());
     }
-    if spec.index_memory_mib.is_some() {
+    if let Some(opt) = log_layout_option(spec.index_memory_mib, &spec.compact) {
         return Err(CliError::Usage(format!(
-            "--index-memory-mib applies to log-layout volumes; {backend} is a dm-zoned volume"
+            "{opt} applies to log-layout volumes; {backend} is a dm-zoned volume"
         )));
     }
     let p = dmz::sets::probe(dev.as_ref()).map_err(|e| metadata_error(backend, e))?;
@@ -603,11 +620,18 @@ fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
         if let Some(m) = spec.index_memory_mib {
             opts.index_memory = m.min(MAX_INDEX_MEMORY_MIB) << 20;
         }
+        opts.compact = match spec.compact.as_deref() {
+            None => opts.compact,
+            Some("reads") => dmz::lsl::CompactOn::Reads,
+            Some("writes") => dmz::lsl::CompactOn::Writes,
+            Some("never") => dmz::lsl::CompactOn::Never,
+            Some(other) => return Err(format!("--compact {other}: not reads, writes or never")),
+        };
         return super::log_target::open(&spec.backend, dev, opts);
     }
-    if spec.index_memory_mib.is_some() {
+    if let Some(opt) = log_layout_option(spec.index_memory_mib, &spec.compact) {
         return Err(format!(
-            "--index-memory-mib applies to log-layout volumes; {} is a dm-zoned volume",
+            "{opt} applies to log-layout volumes; {} is a dm-zoned volume",
             spec.backend
         ));
     }

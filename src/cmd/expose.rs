@@ -54,6 +54,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         max_active: None,
         reclaim_max_active: None,
         index_memory_mib: None,
+        compact: None,
         queues: args.queues,
         depth: args.depth,
         exposed: true,

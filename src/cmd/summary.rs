@@ -173,7 +173,8 @@ fn log_lines(e: &Value, line: &mut impl FnMut(&str, String)) {
     line(
         "compact",
         format!(
-            "{} pages rewritten in order ({}), {} to look at, {} skipped; background {}",
+            "on {}: {} pages rewritten in order ({}), {} to look at, {} skipped; background {}",
+            e.get("compact_on").and_then(Value::as_str).unwrap_or("?"),
             n("compact_pages"),
             blocks("compact_blocks"),
             n("compact_marked_pages"),
@@ -698,7 +699,8 @@ pub(crate) mod tests {
                                   "index_page_reads": 5, "index_pages_written_back": 7,
                                   "log_blocks_written": 40, "compact_pages": 3,
                                   "compact_blocks": 768, "compact_marked_pages": 1,
-                                  "compact_skipped_pages": 0, "background": "asleep"}});
+                                  "compact_skipped_pages": 0, "compact_on": "reads",
+                                  "background": "asleep"}});
         let lines = summary(&s, None);
         assert_eq!(
             lines,
@@ -708,7 +710,7 @@ pub(crate) mod tests {
                 "capacity  776 MiB",
                 "zones     3 free, 2 open (4 user frontiers and GC's), 11 full; 1 MiB valid",
                 "GC        12 zones freed, 2 MiB copied (7 paced batches, 1 forced victims)",
-                "compact   3 pages rewritten in order (3 MiB), 1 to look at, 0 skipped; background asleep",
+                "compact   on reads: 3 pages rewritten in order (3 MiB), 1 to look at, 0 skipped; background asleep",
                 "write amp 1.50 (4 MiB written by users, 2 MiB copied by GC, 3 MiB by compaction)",
                 "index     1 MiB resident (12 of 12785 pages cached); 5 pages read, 7 written back; 2 checkpoints, 40 log blocks written",
             ]

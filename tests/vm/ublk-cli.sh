@@ -157,6 +157,8 @@ expect_error 2 "$plain is a regular file without the zonedd image header; create
 "$Z" format --backend "$img" >/dev/null
 expect_error 2 "zonedd: --index-memory-mib applies to log-layout volumes; $img is a dm-zoned volume" \
     "$Z" create --backend "$img" --index-memory-mib 64
+expect_error 2 "zonedd: --compact applies to log-layout volumes; $img is a dm-zoned volume" \
+    "$Z" create --backend "$img" --compact writes
 out=$("$Z" create --backend "$img" --metrics 127.0.0.1:9577)
 id=$(sed -n 's/^id //p' <<<"$out")
 [ -b "/dev/ublkb$id" ] || vm_fail "create on $img printed '$out'"

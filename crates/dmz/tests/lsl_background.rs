@@ -1,7 +1,8 @@
 //! The log layout's background thread (`LogEngine::start_background`): idle compaction makes
 //! randomly written data one run per page again (and the data reads back, before and after
-//! a reopen), GC drains to its watermark with no writer, and a sleeping thread is woken only
-//! for work, once.
+//! a reopen), of the pages writes changed or of those only that reads found scattered
+//! (`CompactOn`), GC drains to its watermark with no writer, and a sleeping thread is woken
+//! only for work, once.
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use common::lsl::*;
 use common::*;
-use dmz::lsl::{LogEngine, LogOptions, Phase};
+use dmz::lsl::{CompactOn, LogEngine, LogOptions, Phase};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zbd::ZonedDevice;
@@ -86,6 +87,50 @@ fn idle_compaction_makes_each_page_one_run_again() {
     e.debug_check().unwrap();
     m.verify(&e);
     assert_eq!(e.debug_page_extents(), after);
+}
+
+/// The default policy: data written at random and never read is left alone (no wake-up,
+/// nothing copied); a sequential read that finds it scattered marks its pages and wakes the
+/// sleeping thread, which compacts them once the volume is idle.
+#[test]
+fn compaction_follows_scattered_reads() {
+    let dev = formatted_lsl(1024, 64, 4, 64);
+    let o = LogOptions {
+        compact: CompactOn::Reads,
+        ..opts()
+    };
+    let e = Arc::new(LogEngine::open(dev, o).expect("open"));
+    e.start_background().unwrap();
+    e.debug_wait_background();
+    let w0 = e.stats().background_wakeups;
+    let span = 4 * 1020;
+    let m = scatter(&e, span, 3000, 11);
+    // Random 1-block reads need one device read each: nothing to mark.
+    let mut rng = StdRng::seed_from_u64(5);
+    for _ in 0..200 {
+        let b = rng.gen_range(0..span);
+        m.verify_range(&e, b, 1);
+    }
+    e.debug_wait_background();
+    let s = e.stats();
+    assert_eq!(e.background_phase(), Phase::Asleep, "{s:?}");
+    assert_eq!(s.background_wakeups, w0, "writes woke the thread: {s:?}");
+    assert_eq!((s.compact_marked_pages, s.compact_pages), (0, 0), "{s:?}");
+    let before = e.debug_page_extents();
+    assert!(before.iter().any(|&x| x > 100), "{before:?}");
+    // A sequential read of the first two pages (64 blocks at a time: each read several
+    // runs on the device) marks them, and only them.
+    m.verify_range(&e, 0, 2 * 1020);
+    assert_eq!(e.stats().compact_marked_pages, 2);
+    e.debug_wait_background();
+    let s = e.stats();
+    assert_eq!(e.background_phase(), Phase::Asleep, "{s:?}");
+    assert_eq!(s.compact_pages, 2, "{s:?}");
+    let after = e.debug_page_extents();
+    assert!(after[..2].iter().all(|&x| x <= 5), "{after:?}");
+    assert!(after[2..4].iter().all(|&x| x > 100), "{after:?}");
+    e.debug_check().unwrap();
+    m.verify(&e);
 }
 
 #[test]

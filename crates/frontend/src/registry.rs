@@ -30,6 +30,10 @@ pub struct DeviceSpec {
     /// Log-layout volumes: the metadata memory budget in MiB (`None`: the engine's default).
     #[serde(default)]
     pub index_memory_mib: Option<u64>,
+    /// Log-layout volumes: which pages idle compaction rewrites (`reads`, `writes`,
+    /// `never`; `None`: the engine's default).
+    #[serde(default)]
+    pub compact: Option<String>,
     pub queues: u16,
     pub depth: u16,
     /// Served as it is, a zoned device (`zonedd expose`), not through the engine.
@@ -187,6 +191,7 @@ mod tests {
                 max_active: None,
                 reclaim_max_active: Some(2),
                 index_memory_mib: None,
+                compact: Some("writes".into()),
                 queues: 2,
                 depth: 64,
                 exposed: false,

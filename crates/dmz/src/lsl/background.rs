@@ -15,7 +15,8 @@
 //!    writer wakes it (`nudge`, from the record's append, under `state`) only for what that
 //!    wait is for: asleep (nothing to do) on GC need or a marked page; waiting for idle
 //!    (timed) on GC need; stuck (GC and compaction can do nothing) on GC need once a zone's
-//!    worth of blocks was written since. An idle, clean volume makes no wakeup.
+//!    worth of blocks was written since. A read that marks a page (`CompactOn::Reads`)
+//!    nudges the same way. An idle, clean volume makes no wakeup.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
@@ -290,6 +291,11 @@ impl LogEngine {
     fn sleep(&self, phase: Phase, seq: Option<u64>) -> Next {
         let st = self.state.lock();
         if seq.is_some_and(|s| st.log.next_seq != s) {
+            return Next::Again;
+        }
+        // A read marks pages without a record: one that did since the decision is seen
+        // here, or sees `Asleep` and kicks (`note_read` nudges under `state`).
+        if phase == Phase::Asleep && seq.is_some() && st.compact.len() > 0 {
             return Next::Again;
         }
         self.bg.stuck_clock.store(st.clock, Ordering::Relaxed);

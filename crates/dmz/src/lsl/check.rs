@@ -54,7 +54,12 @@ impl LogCheck {
 /// Check a log-layout volume, reading only. `Err`: open itself would refuse the volume (the
 /// error says why); the caller reports it as damage `--repair` cannot fix.
 pub fn check(dev: Arc<dyn ZonedDevice>) -> Result<LogCheck, EngineError> {
-    let ld = load(&dev, super::LogOptions::default().index_memory, Mode::Check)?;
+    let ld = load(
+        &dev,
+        super::LogOptions::default().index_memory,
+        super::CompactOn::Never,
+        Mode::Check,
+    )?;
     let dev = &*dev;
     let l = &ld.layout;
     let st = &ld.meta;

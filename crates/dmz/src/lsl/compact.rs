@@ -24,6 +24,7 @@ use parking_lot::MutexGuard;
 use crate::engine::ids::{Lba, PageId};
 
 use super::gc::GcWork;
+use super::io::Run;
 use super::layout::Layout;
 use super::meta::Meta;
 use super::{EngineError, LogEngine};
@@ -33,41 +34,87 @@ use super::{EngineError, LogEngine};
 /// and a writer arriving while the volume was idle waits for the batch in progress.
 pub(super) const COMPACT_BATCH_BLOCKS: usize = 64;
 
-/// The index pages to look at when the volume is next idle: those written since they were
-/// last looked at (and every mapped page after open), in a bit set scanned in ascending
-/// order from a cursor, so that pages compacted one after the other land one after the other.
+/// Which index pages idle compaction looks at (`LogOptions::compact`, `create --compact`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CompactOn {
+    /// Pages a read found scattered: a read that needed more device reads than
+    /// `compact_min_extents` (LevelDB's seek-triggered compaction is the model). Disk time
+    /// and write amplification go only to data that is read in runs; data written and read
+    /// at random (a database's, a VM image's) is left where it is, since compaction gives
+    /// a one-block read nothing.
+    #[default]
+    Reads,
+    /// Pages user writes and GC copies changed, and at open every page of more than one
+    /// extent: data is made sequential again whether it is read or not (the first
+    /// sequential read after random writes is then fast too, at the cost of rewriting
+    /// everything written at random once).
+    Writes,
+    /// None: data stays where writes and GC put it.
+    Never,
+}
+
+/// The index pages to look at when the volume is next idle (which events add pages:
+/// [`CompactOn`]), in a bit set scanned in ascending order from a cursor, so that pages
+/// compacted one after the other land one after the other.
 pub(crate) struct PageSet {
     bits: Vec<u64>,
     nr: u32,
     cursor: u32,
+    on: CompactOn,
 }
 
 impl PageSet {
-    pub fn new(nr_pages: u32) -> PageSet {
+    pub fn new(nr_pages: u32, on: CompactOn) -> PageSet {
         PageSet {
             bits: vec![0; nr_pages.div_ceil(64) as usize],
             nr: 0,
             cursor: 0,
+            on,
         }
     }
 
-    pub fn mark(&mut self, p: PageId) {
+    /// Mark `p`; whether it was not marked yet.
+    pub fn mark(&mut self, p: PageId) -> bool {
         let (w, b) = (p.idx() / 64, p.idx() % 64);
-        if self.bits[w] & (1 << b) == 0 {
+        let new = self.bits[w] & (1 << b) == 0;
+        if new {
             self.bits[w] |= 1 << b;
             self.nr += 1;
         }
+        new
     }
 
-    /// Mark the pages of blocks `lba..lba + n`.
-    pub fn mark_blocks(&mut self, lba: Lba, n: u32) {
+    /// Mark the pages of blocks `lba..lba + n`; whether one was not marked yet.
+    pub fn mark_blocks(&mut self, lba: Lba, n: u32) -> bool {
         if n == 0 {
-            return;
+            return false;
         }
         let first = Layout::page_of(lba).0;
         let last = Layout::page_of(Lba(lba.0 + (n - 1))).0;
+        let mut new = false;
         for p in first.0..=last.0 {
-            self.mark(PageId(p));
+            new |= self.mark(PageId(p));
+        }
+        new
+    }
+
+    pub fn on(&self) -> CompactOn {
+        self.on
+    }
+
+    /// Blocks `lba..lba + n` were written (by a user or a GC copy): marked with
+    /// [`CompactOn::Writes`].
+    pub fn written(&mut self, lba: Lba, n: u32) {
+        if self.on == CompactOn::Writes {
+            self.mark_blocks(lba, n);
+        }
+    }
+
+    /// Page `p` is found scattered at open: marked with [`CompactOn::Writes`].
+    pub fn scattered_at_open(&mut self, p: PageId) {
+        if self.on == CompactOn::Writes {
+            self.mark(p);
         }
     }
 
@@ -128,6 +175,19 @@ pub(super) enum Compaction {
 }
 
 impl LogEngine {
+    /// A read of blocks `first..first + n` was served by `runs`: with [`CompactOn::Reads`],
+    /// one that needed more device reads than `compact_min_extents` (and than one) marks
+    /// its pages, and wakes the background thread should it sleep. Under `state`.
+    pub(super) fn note_read(&self, st: &mut Meta, first: u32, n: u32, runs: &[Run]) {
+        if st.compact.on() != CompactOn::Reads {
+            return;
+        }
+        let device = runs.iter().filter(|r| r.from.is_some()).count() as u32;
+        if device > self.opts.compact_min_extents.max(1) && st.compact.mark_blocks(Lba(first), n) {
+            self.nudge(st);
+        }
+    }
+
     /// Whether a compaction may take another block of the GC frontier: free zones above
     /// `gc_low_zones`, so that no frontier waits for a whole victim because of it (the
     /// background thread runs GC first whenever they are below `gc_start_zones`).
@@ -230,12 +290,12 @@ impl LogEngine {
 
 #[cfg(test)]
 mod tests {
-    use super::PageSet;
+    use super::{CompactOn, PageSet};
     use crate::engine::ids::{Lba, PageId};
 
     #[test]
     fn pages_come_back_in_ascending_order_from_the_cursor() {
-        let mut s = PageSet::new(200);
+        let mut s = PageSet::new(200, CompactOn::Writes);
         for p in [3, 150, 64, 63, 199] {
             s.mark(PageId(p));
         }

@@ -312,7 +312,7 @@ impl LogEngine {
                 // A victim's copies join the runs of other pages' blocks: look at those
                 // pages again when idle.
                 for &(lba, _) in &still {
-                    st.compact.mark(super::layout::Layout::page_of(lba).0);
+                    st.compact.written(lba, 1);
                 }
             }
             move_records(&self.layout, &still)

@@ -23,7 +23,12 @@ impl LogEngine {
         self.stats.reads.fetch_add(1, Ordering::Relaxed);
         // Held until the device reads are done: GC does not reset a zone under them.
         let _r = self.reset.read();
-        let runs = self.runs(&mut self.state.lock(), first, n)?;
+        let runs = {
+            let mut st = self.state.lock();
+            let runs = self.runs(&mut st, first, n)?;
+            self.note_read(&mut st, first, n, &runs);
+            runs
+        };
         let mut at = 0;
         for run in runs {
             let d = &mut buf[at..at + run.blocks as usize * BLOCK];

@@ -89,7 +89,7 @@ impl Meta {
                         self.remap(Lba(lba.0 + i as u32), Some(to), seq, ctx)?;
                     }
                 }
-                self.compact.mark_blocks(lba, crcs.len() as u32);
+                self.compact.written(lba, crcs.len() as u32);
                 self.clock += crcs.len() as u64;
                 self.zones.get_mut(zone).last_append = self.clock;
             }

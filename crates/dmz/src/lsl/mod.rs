@@ -57,6 +57,7 @@ use zbd::ZonedDevice;
 
 pub use crate::engine::EngineError;
 pub use background::Phase;
+pub use compact::CompactOn;
 pub use layout::{FormatOptions, DEFAULT_USER_FRONTIERS};
 pub use open::{debug_reseal, format, is_log_layout};
 pub use plan::{LogReadPlan, LogSyncPlan, LogWrite, LogWritePlan};
@@ -88,6 +89,9 @@ pub struct LogOptions {
     /// Idle compaction rewrites an index page whose mapped blocks form more extents than
     /// this (and than the zones they would span rewritten).
     pub compact_min_extents: u32,
+    /// Which pages idle compaction looks at: those reads found scattered (the default),
+    /// those writes changed, or none.
+    pub compact: CompactOn,
     /// Bytes the metadata state may keep resident: the index directory, 5 MiB for the rest
     /// of the state (zone table, frontier summaries, GC's live list: about 4.4 MiB at
     /// 10 TiB), and a cache of index pages in what is left (at least 1 page). The default
@@ -106,6 +110,7 @@ impl Default for LogOptions {
             gc_high_zones: 12,
             idle_period: Duration::from_secs(2),
             compact_min_extents: 2,
+            compact: CompactOn::Reads,
             index_memory: 64 << 20,
         }
     }
@@ -130,8 +135,9 @@ pub struct LogStats {
     pub gc_forced_victims: u64,
     pub gc_runs_without_victim: u64,
     pub write_amplification: f64,
-    /// Idle compaction: pages rewritten in logical order and their blocks, pages still to
-    /// look at, and the background thread's phase and wake-ups.
+    /// Idle compaction: which pages it looks at, pages rewritten in logical order and their
+    /// blocks, pages still to look at, and the background thread's phase and wake-ups.
+    pub compact_on: CompactOn,
     pub compact_pages: u64,
     pub compact_blocks: u64,
     pub compact_marked_pages: u64,
@@ -296,6 +302,7 @@ impl LogEngine {
             compact_pages: c(&self.stats.compact_pages),
             compact_blocks: c(&self.stats.compact_blocks),
             compact_marked_pages: st.compact.len() as u64,
+            compact_on: st.compact.on(),
             compact_skipped_pages: c(&self.stats.compact_skipped),
             background: self.bg.phase().name(),
             background_wakeups: self.bg.wakeups.load(Ordering::Relaxed),

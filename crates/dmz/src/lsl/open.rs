@@ -11,7 +11,7 @@ use zbd::{Zone, ZoneOp, ZonedDevice};
 use crate::engine::ids::{Lba, PageId, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 use crate::engine::meta::log::{scan_half, LogBuf};
 
-use super::compact::PageSet;
+use super::compact::{CompactOn, PageSet};
 use super::durable::PAGE_BATCH;
 use super::index::{cache_pages, Index, PageSource};
 use super::layout::{
@@ -187,11 +187,12 @@ pub(super) enum Mode {
 pub(super) fn load(
     dev: &Arc<dyn ZonedDevice>,
     index_memory: u64,
+    compact_on: CompactOn,
     mode: Mode,
 ) -> Result<Loaded, EngineError> {
     let zones = dev.report_all()?;
     let (layout, ck) = read_superblock(&**dev, &zones)?;
-    let mut meta = load_checkpoint(dev, &layout, &ck, &zones, index_memory)?;
+    let mut meta = load_checkpoint(dev, &layout, &ck, &zones, index_memory, compact_on)?;
     let wps: Vec<u32> = zones
         .iter()
         .map(|z| ((z.wp - z.start) / BLOCK as u64) as u32)
@@ -223,7 +224,7 @@ impl LogEngine {
             next_seq,
             summaries,
             ..
-        } = load(&dev, opts.index_memory, Mode::Open)?;
+        } = load(&dev, opts.index_memory, opts.compact, Mode::Open)?;
         layout.check_limits(&dev.geometry())?;
         meta.log.start_at(next_seq);
         let turns = (0..layout.user_frontiers())
@@ -334,6 +335,7 @@ fn load_checkpoint(
     ck: &Checkpoint,
     zones: &[Zone],
     index_memory: u64,
+    compact_on: CompactOn,
 ) -> Result<Meta, EngineError> {
     let copy = (ck.gen % 2) as usize;
     let bad = |m: String| EngineError::Meta(format!("log layout: {m}"));
@@ -379,7 +381,7 @@ fn load_checkpoint(
         gen: ck.gen,
         gc: None,
         gc_debt: 0.0,
-        compact: PageSet::new(l.nr_pages),
+        compact: PageSet::new(l.nr_pages, compact_on),
     })
 }
 
@@ -462,7 +464,7 @@ fn recount_and_check(
     }
     scattered.extend(page.filter(|d| d.1 > 1).map(|d| PageId(d.0)));
     for p in scattered {
-        meta.compact.mark(p);
+        meta.compact.scattered_at_open(p);
     }
     Ok(summaries)
 }

@@ -105,7 +105,7 @@ impl LogEngine {
         let (first, n) = self.range(offset, len as usize).ok()?;
         let reset = self.reset.try_read_arc()?;
         let runs = {
-            let st = self.state.lock();
+            let mut st = self.state.lock();
             // A page not cached: the caller's read (on the pool) reads it.
             let runs = self.cached_runs(&st, first, n)?;
             // Offline or read-only zones: the engine's read reports what the device says.
@@ -114,6 +114,7 @@ impl LogEngine {
             if runs.iter().any(|r| r.from.is_some_and(unusable)) {
                 return None;
             }
+            self.note_read(&mut st, first, n, &runs);
             runs
         };
         let segments = runs

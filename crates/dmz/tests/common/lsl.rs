@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use dmz::lsl::{format, FormatOptions, LogEngine, LogOptions};
+use dmz::lsl::{format, CompactOn, FormatOptions, LogEngine, LogOptions};
 use zbd::{MemDevice, ZonedDevice};
 
 use super::{block_id, mem_device, pattern, BS};
@@ -32,10 +32,14 @@ pub fn formatted_lsl(
 }
 
 /// Engine options for tests: GC copies 16 blocks at a time, so that a victim of the
-/// tests' small zones takes several batches and user writes land between them.
+/// tests' small zones takes several batches and user writes land between them; the pages
+/// writes change are marked for compaction (`CompactOn::Writes`), so that the model and
+/// power-cut tests' compactions (`debug_compact`) find pages without reading them first
+/// (the compaction itself is the same whichever event marked its page).
 pub fn lsl_test_opts() -> LogOptions {
     LogOptions {
         gc_batch_blocks: 16,
+        compact: CompactOn::Writes,
         ..LogOptions::default()
     }
 }
