@@ -4,7 +4,9 @@
 #   dm           the kernel's dm-zoned on the zonedd-formatted device
 #   zd-percpu    zonedd's /dev/ublkbN, --pool percpu
 #   zd-log       the same on the log layout (`zonedd format --layout log`, issue 14); zd-logN
-#                with N user frontiers (`--user-frontiers N`; zd-log: the default, 4)
+#                with N user frontiers (`--user-frontiers N`; zd-log: the default, 4);
+#                zd-log-cw, zd-log-cn: with `create --compact writes` / `never` (zd-log:
+#                the default, `reads`); zd-log-ring: writes hop-free (ZONEDD_HOP_FREE_WRITES=1)
 #   zd-unbound8  zonedd's /dev/ublkbN, --pool unbound:8 (zd-unboundN: --pool unbound:N;
 #                zd-percpu-nobatch, zd-unboundN-nobatch: with ZONEDD_BATCH_SYNC=0)
 #   btrfs        btrfs in zoned mode straight on the zoned device, no translation layer (issue
@@ -169,7 +171,7 @@ drop_backing() {
 zd_format() { # zd_format [TARGET]: zd-log[N] formats the log layout (issue 14), others dm-zoned v2
     local how=(--reserved-seq "$RESERVED")
     case ${1:-} in
-    zd-log) how=(--layout log) ;;
+    zd-log | zd-log-c[wn] | zd-log-ring) how=(--layout log) ;;
     zd-log[1-4]) how=(--layout log --user-frontiers "${1#zd-log}") ;;
     esac
     "$Z" format --backend "$NB" "${how[@]}" --force >"$OUT/format.log" 2>&1 || {
@@ -199,7 +201,13 @@ target_up() {
         # zd-*-nobatch: each write logs alone (ZONEDD_BATCH_SYNC=0), the A/B baseline.
         [ "$base" = "$t" ] || batch=0
         zd_format "$t" || return 1
-        out=$(ZONEDD_BATCH_SYNC=$batch timeout 60 "$Z" create --backend "$NB" --queues 2 --depth 64 --pool "$pool" --label "bench-$t" 2>&1) || {
+        local extra=() envs=(ZONEDD_BATCH_SYNC=$batch)
+        case $t in
+        zd-log-ring) envs+=(ZONEDD_HOP_FREE_WRITES=1) ;;
+        zd-log-cw) extra=(--compact writes) ;;
+        zd-log-cn) extra=(--compact never) ;;
+        esac
+        out=$(env "${envs[@]}" timeout 60 "$Z" create --backend "$NB" --queues 2 --depth 64 --pool "$pool" --label "bench-$t" "${extra[@]}" 2>&1) || {
             echo "$out" >&2
             return 1
         }

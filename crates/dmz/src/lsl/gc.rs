@@ -27,7 +27,7 @@ use super::{EngineError, LogEngine};
 /// [`LogEngine::worth_pacing`]): at 16 a write of n blocks owes at most 16 n blocks of
 /// copying, and the victims of a volume at its over-provisioning's steady state (WA 2.5 to
 /// 8: 1.5 to 7 valid per invalid) are all below it.
-const MAX_PACED_RATIO: f64 = 16.0;
+const MAX_PACED_RATIO: f64 = super::zones::MAX_VICTIM_RATIO;
 
 /// A victim being emptied, or a page being compacted (`compact.rs`), owned by the state
 /// (`Meta::gc`): one at a time, so that no victim is chosen while copies into the GC

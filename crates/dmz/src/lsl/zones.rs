@@ -54,6 +54,10 @@ const OPEN: u8 = 1;
 const FULL: u8 = 2;
 const UNUSABLE: u8 = 3;
 
+/// Valid blocks per invalid one above which a cost-benefit victim gives way to the zone with
+/// the fewest valid blocks (the same bound as paced GC's, `gc::MAX_PACED_RATIO`).
+pub(crate) const MAX_VICTIM_RATIO: f64 = 16.0;
+
 impl Zones {
     /// From the zone table entries of a checkpoint (states, ages; valid counts are recounted
     /// from the index at open).
@@ -151,15 +155,39 @@ impl Zones {
     }
 
     /// GC's victim: among full zones with invalid blocks, the largest
-    /// `(age + 1) * invalid / (2 * valid)` (dm-zap's cost-benefit; an empty zone first).
+    /// `(age + 1) * invalid / (2 * valid)` (dm-zap's cost-benefit; an empty zone first),
+    /// unless that one is too costly to copy (below).
     pub fn pick_victim(&self, clock: u64, data_blocks: u32) -> Option<ZoneId> {
-        let score = |i: &ZoneInfo| {
+        let best = self.pick_by(data_blocks, |i| {
             let invalid = data_blocks.saturating_sub(i.valid) as f64;
             let age = clock.saturating_sub(i.last_append) as f64 + 1.0;
+            age * invalid / (2.0 * i.valid as f64)
+        });
+        // Cost-benefit may prefer an old zone that is nearly all valid; when copying it
+        // would cost more than `MAX_VICTIM_RATIO` valid blocks per invalid one, the zone with
+        // the fewest valid blocks is taken instead if it costs less (an idle volume's GC
+        // stopped with 4 free zones when the cost-benefit victim was 16.3 valid per invalid
+        // and another 0.21).
+        let ratio = |z: ZoneId| {
+            let v = self.info[z.idx()].valid as f64;
+            v / (data_blocks as f64 - v).max(1.0)
+        };
+        match best {
+            Some(z) if ratio(z) > MAX_VICTIM_RATIO => {
+                let greedy = self.pick_by(data_blocks, |i| -(i.valid as f64));
+                greedy.filter(|&g| ratio(g) < ratio(z)).or(best)
+            }
+            _ => best,
+        }
+    }
+
+    /// The full zone with invalid blocks and the largest `score` (an empty zone first).
+    fn pick_by(&self, data_blocks: u32, score: impl Fn(&ZoneInfo) -> f64) -> Option<ZoneId> {
+        let score = |i: &ZoneInfo| {
             if i.valid == 0 {
                 f64::INFINITY
             } else {
-                age * invalid / (2.0 * i.valid as f64)
+                score(i)
             }
         };
         self.info
@@ -217,5 +245,36 @@ impl Frontier {
             wp,
             summary: vec![None; data_blocks as usize],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zone(valid: u32, last_append: u64) -> ZoneInfo {
+        ZoneInfo {
+            state: ZoneState::Full,
+            valid,
+            last_append,
+            needs_reset: false,
+        }
+    }
+
+    /// Cost-benefit prefers an old zone with few invalid blocks; past 16 valid per invalid
+    /// the zone with the fewest valid blocks is taken instead (an idle volume stopped
+    /// collecting with such a victim); below it, cost-benefit's choice stands.
+    #[test]
+    fn a_costly_cost_benefit_victim_gives_way_to_the_emptiest_zone() {
+        let data = 1000;
+        let mut z = Zones {
+            info: vec![zone(950, 0), zone(200, 990_000)],
+            frontiers: Vec::new(),
+        };
+        // Scores: 1,000,001 x 50 / 1,900 = 26,316 against 10,001 x 800 / 400 = 20,002.
+        assert_eq!(z.pick_victim(1_000_000, data), Some(ZoneId(1)));
+        // 940 valid per 60 invalid: 15.7, not above the bound: the old zone.
+        z.info[0].valid = 940;
+        assert_eq!(z.pick_victim(1_000_000, data), Some(ZoneId(0)));
     }
 }
