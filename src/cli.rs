@@ -217,9 +217,9 @@ pub mod create {
         /// number of drives if more, otherwise).
         #[arg(long)]
         pub reclaim_max_active: Option<u32>,
-        /// Log-layout volumes: MiB of metadata kept in memory (the index directory, 4 MiB of
+        /// Log-layout volumes: MiB of metadata kept in memory (the index directory, 5 MiB of
         /// other state, and a cache of index pages in the rest; default 64, which holds a
-        /// 10 TiB volume's index). From 5 to 1048576 (1 TiB).
+        /// 10 TiB volume's index). From 6 to 1048576 (1 TiB).
         #[arg(long, value_name = "MIB")]
         pub index_memory_mib: Option<u64>,
         /// Log-layout volumes: which data idle compaction rewrites in logical order: what

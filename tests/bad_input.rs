@@ -559,9 +559,9 @@ fn bad_create_options_before_environment() {
         "--backend",
         "/nonexistent",
         "--index-memory-mib",
-        "4",
+        "5",
     ]);
-    refused(&o, 2, &["--index-memory-mib must be between 5 and 1048576"]);
+    refused(&o, 2, &["--index-memory-mib must be between 6 and 1048576"]);
     let o = zonedd(&[
         "create",
         "--backend",
@@ -569,7 +569,7 @@ fn bad_create_options_before_environment() {
         "--index-memory-mib",
         "1048577",
     ]);
-    refused(&o, 2, &["--index-memory-mib must be between 5 and 1048576"]);
+    refused(&o, 2, &["--index-memory-mib must be between 6 and 1048576"]);
     // clap: an unknown policy.
     let o = zonedd(&[
         "create",

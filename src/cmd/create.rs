@@ -39,7 +39,7 @@ fn default_reclaim_parallel(spec: &DeviceSpec) -> usize {
 }
 
 /// The smallest `--index-memory-mib`: below it, even a small volume's cache holds few pages.
-const MIN_INDEX_MEMORY_MIB: u64 = 5;
+const MIN_INDEX_MEMORY_MIB: u64 = 6;
 /// The largest: 1 TiB (more than any volume's whole index; keeps the bytes in a `u64`).
 const MAX_INDEX_MEMORY_MIB: u64 = 1 << 20;
 

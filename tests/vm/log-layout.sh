@@ -5,7 +5,7 @@
 # from its checkpoint) and the files still match; then 4 KiB random writes at QD16 (fio
 # verify data) survive kill -9 of the daemon and `zonedd recover`, read back on the queue
 # rings (hop-free reads), and read back again once idle compaction has rewritten them in
-# logical order; with `--index-memory-mib 5` the index is paged (its pages written back and
+# logical order; with `--index-memory-mib 6` the index is paged (its pages written back and
 # read again) and random writes over the whole volume survive kill -9. `zonedd check` reads the
 # fresh volume clean, and dmzadm --check refuses it without writing. Not here: the kernel's
 # dm-zoned on the volume. 6.12's dm-zoned oopses (NULL dereference in dmz_ctr_metadata) on
@@ -190,10 +190,10 @@ umount "$mnt"
 "$Z" delete "$id"
 echo "ok: 32 MiB of random 4 KiB writes verified after kill -9 + recover, files intact"
 
-vm_step "a paged index (--index-memory-mib 5): random writes over the whole volume survive kill -9 + recover"
+vm_step "a paged index (--index-memory-mib 6): random writes over the whole volume survive kill -9 + recover"
 # 5 MiB leaves a cache of about 250 pages for the volume's 257: fio's 20,000 writes over the
 # whole volume dirty every page, so the daemon writes pages back and evicts them.
-out=$("$Z" create --backend "$nb" --queues 2 --depth 64 --index-memory-mib 5)
+out=$("$Z" create --backend "$nb" --queues 2 --depth 64 --index-memory-mib 6)
 bdev=$(sed -n 1p <<<"$out")
 id=$(sed -n 's/^id //p' <<<"$out")
 paged_fio() { # paged_fio NAME [fio args...]

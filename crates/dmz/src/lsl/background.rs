@@ -226,6 +226,7 @@ impl LogEngine {
     fn activity(&self) -> u64 {
         let c = &self.stats;
         c.reads.load(Ordering::Relaxed)
+            + c.read_marks.load(Ordering::Relaxed)
             + c.writes.load(Ordering::Relaxed)
             + c.discards.load(Ordering::Relaxed)
     }

@@ -184,6 +184,7 @@ impl LogEngine {
         }
         let device = runs.iter().filter(|r| r.from.is_some()).count() as u32;
         if device > self.opts.compact_min_extents.max(1) && st.compact.mark_blocks(Lba(first), n) {
+            self.stats.read_marks.fetch_add(1, Ordering::Relaxed);
             self.nudge(st);
         }
     }

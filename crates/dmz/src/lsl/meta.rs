@@ -58,7 +58,10 @@ impl Meta {
         // and its queue thread must not read a page under the state lock).
         let blocks = match *rec {
             LogRec::Append { lba, ref crcs, .. } => Some((lba, crcs.len() as u32)),
-            LogRec::Move { lba, n, .. } | LogRec::Trim { lba, n } => Some((lba, n)),
+            LogRec::Move { lba, n, .. } => Some((lba, n)),
+            // A discard drops every page it empties, and no plan checks its pages: held,
+            // a whole-device discard would make every cached page unevictable, and each
+            // page it reads walk the whole cache for nothing.
             _ => None,
         };
         if let Some((lba, n)) = blocks {

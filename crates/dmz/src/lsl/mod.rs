@@ -188,6 +188,9 @@ struct Counters {
     compact_pages: AtomicU64,
     compact_blocks: AtomicU64,
     compact_skipped: AtomicU64,
+    /// Reads that marked pages for compaction (activity: a planned read counts in `reads`
+    /// only once it completes).
+    read_marks: AtomicU64,
     checkpoints: AtomicU64,
     log_blocks: AtomicU64,
     dev_flushes: AtomicU64,

@@ -411,17 +411,21 @@ fn recount_and_check(
     for (k, s) in summaries.iter().enumerate() {
         summary_of[s.0.idx()] = Some(k);
     }
-    // Pages of more than one extent, for idle compaction to look at (one of one extent
-    // never needs it): (page, extents, the device block that would continue the last).
+    // With `CompactOn::Writes`, pages of more than one extent, for idle compaction (one of
+    // one extent never needs it): (page, extents, the device block that would continue the
+    // last).
     let mut scattered = Vec::new();
     let mut page: Option<(u32, u32, u32)> = None;
+    let writes = meta.compact.on() == CompactOn::Writes;
     meta.index.warm()?;
     meta.index.for_each_mapped(|lba, p| {
         let pg = lba.0 / ENTRIES as u32;
         page = match page {
             Some((q, e, next)) if q == pg => Some((q, e + (p.0 != next) as u32, p.0 + 1)),
             done => {
-                scattered.extend(done.filter(|d| d.1 > 1).map(|d| PageId(d.0)));
+                if writes {
+                    scattered.extend(done.filter(|d| d.1 > 1).map(|d| PageId(d.0)));
+                }
                 Some((pg, 1, p.0 + 1))
             }
         };
@@ -462,7 +466,7 @@ fn recount_and_check(
     for (info, v) in meta.zones.info.iter_mut().zip(valid) {
         info.valid = v;
     }
-    scattered.extend(page.filter(|d| d.1 > 1).map(|d| PageId(d.0)));
+    scattered.extend(page.filter(|d| writes && d.1 > 1).map(|d| PageId(d.0)));
     for p in scattered {
         meta.compact.scattered_at_open(p);
     }
