@@ -5,8 +5,8 @@
 # or not: a thread that never wakes cannot be preempted either, so a loaded host changes
 # nothing), and no io_uring worker thread (`iou-wrk-*`) exists. The ublk queue threads wait
 # on their ring without a timeout (frontend::queue). Both layouts, one after the other: on
-# the log layout, once its background thread has compacted the randomly written pages and
-# sleeps (docs/design.md, "Log layout": it has no timer then).
+# the log layout, once its background thread has compacted what it has marked (by default the
+# pages reads found scattered) and sleeps (docs/design.md, "Log layout": it has no timer then).
 # vm-timeout: 600
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"

@@ -161,9 +161,12 @@ print(f["hop_free_reads"], f["reads"])')"
 echo "hop-free reads: $hfr of $reads"
 [ "$hfr" -gt 0 ] || vm_fail "no hop-free read on the log layout ($reads reads)"
 
-vm_step "idle compaction rewrites the randomly written pages in order, data intact"
-# The recovered daemon marks every mapped page; 2 s after the last I/O its background thread
-# compacts the 32 MiB that fio scattered (8 index pages), then sleeps without a timeout.
+vm_step "a sequential read marks scattered pages; idle compaction rewrites them in order, data intact"
+# fio's verify read 4 KiB at a time (one device read each): nothing marked. A sequential
+# read of the 32 MiB that fio scattered (8 index pages) needs many device reads per 1 MiB
+# request, so it marks them (the default `--compact reads`); 2 s after the last I/O the
+# background thread compacts them, then sleeps without a timeout.
+dd if="$bdev" of=/dev/null bs=1M skip=896 count=32 iflag=direct status=none
 compaction() {
     "$Z" status "$id" --json | python3 -c 'import json,sys
 e = json.load(sys.stdin)["engine"]
