@@ -179,3 +179,101 @@ fn a_write_wakes_the_sleeping_thread_once() {
     assert_eq!(s.background_wakeups - w0, 2, "{s:?}");
     assert_eq!(s.compact_pages, 0);
 }
+
+/// Holds back the first read of a sequential zone's data part after `arm` (GC's or
+/// compaction's copy reads: the test makes no read of its own meanwhile) until released.
+struct ReadGate {
+    dev: Arc<zbd::MemDevice>,
+    zone: u64,
+    data_bytes: u64,
+    first_seq: u64,
+    armed: std::sync::atomic::AtomicBool,
+    arrived: std::sync::mpsc::SyncSender<()>,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl zbd::ZonedDevice for ReadGate {
+    fn geometry(&self) -> zbd::Geometry {
+        self.dev.geometry()
+    }
+    fn report_zones(&self, first: u32, nr: u32) -> zbd::Result<Vec<zbd::Zone>> {
+        self.dev.report_zones(first, nr)
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> zbd::Result<()> {
+        let copy_read =
+            offset >= self.first_seq * self.zone && offset % self.zone < self.data_bytes;
+        if copy_read && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.arrived.send(()).unwrap();
+            self.release.lock().unwrap().recv().unwrap();
+        }
+        self.dev.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> zbd::Result<()> {
+        self.dev.write_at(buf, offset)
+    }
+    fn writev_at(&self, bufs: &[&[u8]], offset: u64) -> zbd::Result<()> {
+        self.dev.writev_at(bufs, offset)
+    }
+    fn zone_mgmt(&self, op: zbd::ZoneOp, zone: u32) -> zbd::Result<()> {
+        self.dev.zone_mgmt(op, zone)
+    }
+    fn reset_all(&self) -> zbd::Result<()> {
+        self.dev.reset_all()
+    }
+    fn flush(&self) -> zbd::Result<()> {
+        self.dev.flush()
+    }
+    fn describe(&self) -> String {
+        self.dev.describe()
+    }
+}
+
+/// GC copies a batch with `wlock` released (docs/design.md, "GC"): while the background
+/// thread's copy read is held back, no thread holds `wlock`, and a user write goes ahead
+/// (placing, writing, logging), as does a forced GC (it waits for the batch); once the read
+/// is let go, GC finishes and every block reads back as last written. With the batch copied under `wlock`, as before, the lock is held
+/// at the read.
+#[test]
+fn writers_go_ahead_while_gc_copies_a_batch() {
+    // As `gc_drains_to_its_watermark_without_a_writer`: 256 KiB zones (63 data blocks and
+    // one summary block), 4 conventional.
+    let (tx, arrived) = std::sync::mpsc::sync_channel(1);
+    let (release, rx) = std::sync::mpsc::channel();
+    let gate = Arc::new(ReadGate {
+        dev: formatted_lsl(256, 24, 4, 48),
+        zone: 256 << 10,
+        data_bytes: 63 * BS as u64,
+        first_seq: 4,
+        armed: false.into(),
+        arrived: tx,
+        release: std::sync::Mutex::new(rx),
+    });
+    let e = open(gate.clone());
+    let blocks = e.capacity() / BS as u64;
+    let mut m = scatter(&e, blocks, 2000, 5);
+    assert!(
+        e.stats().zones_free < lsl_test_opts().gc_start_zones as u64,
+        "the test needs GC due"
+    );
+    gate.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    e.start_background().unwrap();
+    arrived.recv().unwrap();
+    assert!(!e.debug_wlock_held(), "wlock is held across GC's copy read");
+    std::thread::scope(|s| {
+        // The write may need a zone that only this GC frees: let the read go after it
+        // started, not after it ended.
+        let w = s.spawn(|| lwrite(&e, 7, 3, 100_000, false));
+        // A forced GC meanwhile (a frontier out of free zones) waits for the batch with
+        // `wlock` held: the copier gives its work back without `wlock`, so both finish.
+        let forced = s.spawn(|| e.debug_gc_one().unwrap());
+        release.send(()).unwrap();
+        w.join().unwrap();
+        forced.join().unwrap();
+    });
+    m.write(&e, 7, 3, 100_000, false); // the same write again, into the model too
+    e.debug_wait_background();
+    let s = e.stats();
+    assert!(s.gc_zones_freed > 0, "{s:?}");
+    e.debug_check().unwrap();
+    m.verify(&e);
+}

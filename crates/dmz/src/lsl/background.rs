@@ -240,9 +240,15 @@ impl LogEngine {
             return self.sleep(Phase::Asleep, None);
         }
         if self.gc_wanted() {
-            let _w = self.wlock.lock();
-            return match self.gc_step(self.opts.gc_batch_blocks.max(1) as u64) {
+            let mut w = self.wlock.lock();
+            return match self.gc_step(self.opts.gc_batch_blocks.max(1) as u64, Some(&mut w)) {
                 Ok(Step::Copied(_) | Step::Finished) => Next::Again,
+                // A writer's paced step copies a batch: wait for it, not for `wlock`.
+                Ok(Step::Busy) => {
+                    drop(w);
+                    self.wait_gc_copied();
+                    Next::Again
+                }
                 Ok(Step::NoVictim) | Err(EngineError::NoSpace(_)) => {
                     self.sleep(Phase::Stuck, Some(seq))
                 }
@@ -278,7 +284,7 @@ impl LogEngine {
     /// Whether GC should run now (see the module's rule 1).
     fn gc_wanted(&self) -> bool {
         let st = self.state.lock();
-        if st.gc.is_some() {
+        if st.gc.is_some() || st.gc_copying {
             return true;
         }
         let free = st.zones.nr_free();

@@ -71,6 +71,17 @@ pub(super) enum Step {
     NoVictim,
     Copied(u64),
     Finished,
+    /// Another thread is copying a batch with `wlock` released (`Meta::gc_copying`): nothing
+    /// done; [`LogEngine::wait_gc_copied`] waits for it.
+    Busy,
+}
+
+/// The blocks of one GC batch, placed at the GC frontier (`zone` from `off`) under `wlock`,
+/// to be read and written there.
+struct Batch {
+    zone: ZoneId,
+    off: u32,
+    blocks: Vec<(Lba, Pba)>,
 }
 
 impl LogEngine {
@@ -83,6 +94,12 @@ impl LogEngine {
         self.gc_one()
     }
 
+    /// Test hook: whether a thread holds `wlock` (one placer, logger or GC step at a time).
+    #[doc(hidden)]
+    pub fn debug_wlock_held(&self) -> bool {
+        self.wlock.is_locked()
+    }
+
     /// Test hook: whether a zone reset holds or waits for `reset` (then no read is planned).
     #[doc(hidden)]
     pub fn debug_reset_pending(&self) -> bool {
@@ -93,25 +110,38 @@ impl LogEngine {
     /// zone has an invalid block (GC can free nothing). The caller holds `wlock`.
     pub(super) fn gc_one(&self) -> Result<bool, EngineError> {
         loop {
-            match self.gc_step(u64::MAX)? {
+            match self.gc_step(u64::MAX, None)? {
                 Step::NoVictim => return Ok(false),
                 Step::Finished => return Ok(true),
                 Step::Copied(_) => {}
+                // The copier needs `state` only to give the work back: waiting for it
+                // with `wlock` held cannot deadlock.
+                Step::Busy => self.wait_gc_copied(),
             }
+        }
+    }
+
+    /// Wait until no GC batch is being copied without `wlock` (`Meta::gc_copying`).
+    pub(super) fn wait_gc_copied(&self) {
+        let mut st = self.state.lock();
+        while st.gc_copying {
+            self.gc_copied.wait(&mut st);
         }
     }
 
     /// After a user write of `n` blocks (the caller holds `wlock`): when free zones are below
     /// `gc_start_zones` or a victim is in progress, add what the write owes GC and pay it in
     /// whole batches.
-    pub(super) fn gc_paced(&self, n: u64) -> Result<(), EngineError> {
+    pub(super) fn gc_paced(&self, w: &mut MutexGuard<'_, ()>, n: u64) -> Result<(), EngineError> {
         if !self.gc_owed(&self.state.lock()) {
             return Ok(());
         }
         if self.state.lock().gc.is_none() {
-            match self.gc_step(0) {
+            match self.gc_step(0, None) {
                 Ok(Step::Copied(_)) => {}
-                Ok(Step::NoVictim | Step::Finished) | Err(EngineError::NoSpace(_)) => return Ok(()),
+                Ok(Step::NoVictim | Step::Finished | Step::Busy) | Err(EngineError::NoSpace(_)) => {
+                    return Ok(())
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -126,7 +156,7 @@ impl LogEngine {
         };
         while st.gc.is_some() && st.gc_debt >= due(&st).max(1) as f64 {
             drop(st);
-            let step = match self.gc_step(self.batch() as u64) {
+            let step = match self.gc_step(self.batch() as u64, Some(&mut *w)) {
                 // The write itself is logged: no room for GC now is the forced path's
                 // business (it is the one that answers ENOSPC).
                 Err(EngineError::NoSpace(_)) => return Ok(()),
@@ -137,6 +167,8 @@ impl LogEngine {
             match step {
                 Step::Copied(k) => st.gc_debt -= k.max(1) as f64,
                 Step::NoVictim | Step::Finished => st.gc_debt = 0.0,
+                // Another thread copies a batch now: this write pays later.
+                Step::Busy => return Ok(()),
             }
         }
         Ok(())
@@ -173,9 +205,22 @@ impl LogEngine {
     }
 
     /// Copy up to `max` blocks of the work in progress (choosing a victim first if none),
-    /// finishing it once everything is copied. The caller holds `wlock`.
-    pub(super) fn gc_step(&self, max: u64) -> Result<Step, EngineError> {
-        let work = self.state.lock().gc.take();
+    /// finishing it once everything is copied. The caller holds `wlock`; given its guard
+    /// (`w`), the step copies one batch and releases `wlock` across that batch's device
+    /// reads and write (`copy_released`), so that writers place and log meanwhile. `Busy`
+    /// when another step is doing that now.
+    pub(super) fn gc_step(
+        &self,
+        max: u64,
+        w: Option<&mut MutexGuard<'_, ()>>,
+    ) -> Result<Step, EngineError> {
+        let work = {
+            let mut st = self.state.lock();
+            if st.gc_copying {
+                return Ok(Step::Busy);
+            }
+            st.gc.take()
+        };
         let mut work = match work {
             Some(w) => w,
             None => match self.start_victim()? {
@@ -189,6 +234,11 @@ impl LogEngine {
             Source::Victim(_) => max,
             Source::Page(_) => max.min(super::compact::COMPACT_BATCH_BLOCKS as u64),
         };
+        if let Some(w) = w {
+            if work.next < work.live.len() && max > 0 {
+                return self.copy_released(work, max, w).map(Step::Copied);
+            }
+        }
         let mut copied = 0;
         while work.next < work.live.len() && copied < max {
             copied += self.copy_batch(&mut work, max - copied)?;
@@ -235,17 +285,68 @@ impl LogEngine {
         }))
     }
 
+    /// Copy the next batch of `work` (at most `max` blocks) with `wlock` released across the
+    /// device I/O: the batch is chosen and placed under `wlock`, then `Meta::gc_copying`
+    /// keeps every other GC step out (`Step::Busy`) while the blocks are read and written,
+    /// and the work goes back to `Meta::gc` under `state` alone before `wlock` is taken
+    /// again (so a thread that waits for it holding `wlock`, `gc_one`, cannot deadlock).
+    /// Nothing is logged here: `finish` logs the copies the index still maps where they
+    /// were, so user writes and discards meanwhile need no care; the sources stay readable
+    /// (only GC's own `finish` frees a zone) and only GC writes the GC frontier.
+    fn copy_released(
+        &self,
+        mut work: GcWork,
+        max: u64,
+        w: &mut MutexGuard<'_, ()>,
+    ) -> Result<u64, EngineError> {
+        let batch = match self.pick_batch(&mut work, max) {
+            Ok(b) => b,
+            Err(e) => {
+                self.state.lock().gc = Some(work);
+                return Err(e);
+            }
+        };
+        let Some(batch) = batch else {
+            self.state.lock().gc = Some(work);
+            return Ok(0);
+        };
+        self.state.lock().gc_copying = true;
+        MutexGuard::unlocked(w, || {
+            let r = self.copy_blocks(&batch);
+            if r.is_ok() {
+                self.record_batch(&mut work, &batch);
+            }
+            let mut st = self.state.lock();
+            st.gc = Some(work);
+            st.gc_copying = false;
+            self.gc_copied.notify_all();
+            r.map(|()| batch.blocks.len() as u64)
+        })
+    }
+
     /// Copy the next still-live blocks of the work (at most `max`, one batch) to the GC
-    /// frontier. Returns how many were copied. A compaction stops early (the copies so far
-    /// are logged by `finish`) once free zones are down to `gc_low_zones`.
+    /// frontier, `wlock` held throughout. Returns how many were copied.
     fn copy_batch(&self, work: &mut GcWork, max: u64) -> Result<u64, EngineError> {
+        let Some(batch) = self.pick_batch(work, max)? else {
+            return Ok(0);
+        };
+        self.copy_blocks(&batch)?;
+        self.record_batch(work, &batch);
+        Ok(batch.blocks.len() as u64)
+    }
+
+    /// The next still-live blocks of the work (at most `max`, one batch), placed at the GC
+    /// frontier; `work.next` moves past them. None when nothing is left to copy: a
+    /// compaction stops early (the copies so far are logged by `finish`) once free zones
+    /// are down to `gc_low_zones`. The caller holds `wlock`.
+    fn pick_batch(&self, work: &mut GcWork, max: u64) -> Result<Option<Batch>, EngineError> {
         let limit = max.min(self.batch() as u64) as usize;
         // Positions in `live` of the next entries the index still maps where they were.
         let picks: Vec<usize> = {
             let mut st = self.state.lock();
             if matches!(work.source, Source::Page(_)) && !self.compaction_room(&st) {
                 work.next = work.live.len();
-                return Ok(0);
+                return Ok(None);
             }
             let mut picks = Vec::new();
             for i in work.next..work.live.len() {
@@ -261,31 +362,40 @@ impl LogEngine {
         };
         let Some(&last) = picks.last() else {
             work.next = work.live.len();
-            return Ok(0);
+            return Ok(None);
         };
-        let batch: Vec<(Lba, Pba)> = picks.iter().map(|&i| work.live[i]).collect();
-        let lbas: Vec<Lba> = batch.iter().map(|&(l, _)| l).collect();
+        let mut blocks: Vec<(Lba, Pba)> = picks.iter().map(|&i| work.live[i]).collect();
+        let lbas: Vec<Lba> = blocks.iter().map(|&(l, _)| l).collect();
         let gc_slot = self.state.lock().zones.gc_slot();
         let (zone, off, k) = self.place(gc_slot, &lbas)?;
-        let batch = &batch[..k as usize];
-        let mut buf = vec![0u8; batch.len() * BLOCK];
-        self.read_blocks(batch, &mut buf)?;
-        self.dev(self.dev.write_at(&buf, self.layout.zone_offset(zone, off)))?;
-        for (i, &(lba, from)) in batch.iter().enumerate() {
-            let to = self.layout.pba(zone, off + i as u32);
-            work.copied.push((lba, from, to));
-        }
+        blocks.truncate(k as usize);
         work.next = if (k as usize) < picks.len() {
             picks[k as usize]
         } else {
             last + 1
         };
+        Ok(Some(Batch { zone, off, blocks }))
+    }
+
+    /// Read a placed batch's blocks and write them at its place.
+    fn copy_blocks(&self, batch: &Batch) -> Result<(), EngineError> {
+        let mut buf = vec![0u8; batch.blocks.len() * BLOCK];
+        self.read_blocks(&batch.blocks, &mut buf)?;
+        let at = self.layout.zone_offset(batch.zone, batch.off);
+        self.dev(self.dev.write_at(&buf, at))
+    }
+
+    /// Note a batch's copies in its work (for `finish`) and count them.
+    fn record_batch(&self, work: &mut GcWork, batch: &Batch) {
+        for (i, &(lba, from)) in batch.blocks.iter().enumerate() {
+            let to = self.layout.pba(batch.zone, batch.off + i as u32);
+            work.copied.push((lba, from, to));
+        }
         let counter = match work.source {
             Source::Victim(_) => &self.stats.gc_blocks,
             Source::Page(_) => &self.stats.compact_blocks,
         };
-        counter.fetch_add(k as u64, Ordering::Relaxed);
-        Ok(k as u64)
+        counter.fetch_add(batch.blocks.len() as u64, Ordering::Relaxed);
     }
 
     /// Every live block is copied: flush the copies, log `Move` for those still live; for a

@@ -111,8 +111,8 @@ impl LogEngine {
             last
         };
         {
-            let _w = self.wlock.lock();
-            self.gc_paced(n as u64)?;
+            let mut w = self.wlock.lock();
+            self.gc_paced(&mut w, n as u64)?;
         }
         self.stats
             .user_blocks

@@ -36,6 +36,9 @@ pub(crate) struct Meta {
     /// The GC victim being emptied, and the blocks of copying user writes owe it.
     pub gc: Option<GcWork>,
     pub gc_debt: f64,
+    /// A GC batch is being copied with `wlock` released (`gc.rs`, `Step::Busy`): the work is
+    /// out of `gc` meanwhile, and no other GC step may start until it is back.
+    pub gc_copying: bool,
     /// The pages idle compaction looks at next (`compact.rs`): those user writes and GC
     /// copies changed since.
     pub compact: PageSet,

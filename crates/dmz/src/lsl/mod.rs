@@ -225,6 +225,8 @@ pub struct LogEngine {
     /// logged its record, so that it is not overtaken by an older write.
     planned: Mutex<Vec<(u32, u32)>>,
     planned_done: Condvar,
+    /// Notified (with `state`) when a GC batch copied without `wlock` is back in `Meta::gc`.
+    gc_copied: Condvar,
     /// Read side: a read from its index lookup to the end of its device reads (a planned
     /// read's guard holds it until the caller's reads are done, `plan::LogReadPlan`); write
     /// side: a zone reset. `Arc`ed for the planned reads' owned guards.

@@ -241,6 +241,7 @@ impl LogEngine {
             log_write: Arc::new(Mutex::new(())),
             planned: Mutex::new(Vec::new()),
             planned_done: Condvar::new(),
+            gc_copied: Condvar::new(),
             reset: Arc::new(RwLock::new(())),
             failed: Mutex::new(None),
             stats,
@@ -381,6 +382,7 @@ fn load_checkpoint(
         gen: ck.gen,
         gc: None,
         gc_debt: 0.0,
+        gc_copying: false,
         compact: PageSet::new(l.nr_pages, compact_on),
     })
 }

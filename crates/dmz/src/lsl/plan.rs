@@ -279,8 +279,8 @@ impl LogWritePlan {
         // Its turn is free again while GC is paid, as in `write`.
         drop(self);
         let seq = seq?;
-        let _w = e.wlock.lock();
-        e.gc_paced(n)?;
+        let mut w = e.wlock.lock();
+        e.gc_paced(&mut w, n)?;
         Ok(seq)
     }
 
