@@ -14,7 +14,10 @@
 #   log:N is the log layout with N user frontiers, `format --user-frontiers N`; a trailing
 #   /pool serves the volume with ZONEDD_HOP_FREE_WRITES=0, every write through the pool, and
 #   /ring with ZONEDD_HOP_FREE_WRITES=1, hop-free writes on (the log layout's default is off),
-#   /poolreads with ZONEDD_HOP_FREE_READS=0, every read through the pool;
+#   /poolreads with ZONEDD_HOP_FREE_READS=0, every read through the pool, and /base with
+#   the zonedd binary ZONEDD_VM_LAYOUT_BASE (a path the guest sees, e.g. another checkout's
+#   target/release/zonedd) instead of this one: a build against another in one boot, and
+#   /unbound served with `create --pool unbound --max-active 32` instead of the default pool;
 #   ZONEDD_VM_LAYOUT_DEVICE=hdd puts them on the hdd timing model instead of null_blk;
 #   ZONEDD_VM_LAYOUT_SETTLE_CAP, default 600 s: after the reads, wait until the engine's
 #   GC / reclaim / compaction counters stop changing for 15 s, at most that long, and read
@@ -57,17 +60,22 @@ print("%.0f IOPS, %.1f MB/s, p50 %.0f us, p99 %.0f us, max %.0f us" % (d["iops"]
       c["percentile"]["50.000000"] / 1e3, c["percentile"]["99.000000"] / 1e3, c["max"] / 1e3))' "$1" "$2"
 }
 
-run() { # run NAME LAYOUT[:USER_FRONTIERS][/pool|/ring]
-    local name=$1 v=${2%/*} layout res bdev id f how=() env=()
+run() { # run NAME LAYOUT[:USER_FRONTIERS][/pool|/ring|/poolreads|/base|/unbound]
+    local name=$1 v=${2%/*} layout res bdev id f how=() env=() Z=$Z pool=()
     layout=${v%%:*}
     [ "$layout" = "$v" ] || how=(--user-frontiers "${v#*:}")
     case $2 in
     */pool) env=(ZONEDD_HOP_FREE_WRITES=0) ;;
     */ring) env=(ZONEDD_HOP_FREE_WRITES=1) ;;
     */poolreads) env=(ZONEDD_HOP_FREE_READS=0) ;;
+    */unbound) pool=(--pool unbound --max-active 32) ;;
+    */base)
+        Z=${ZONEDD_VM_LAYOUT_BASE:?ZONEDD_VM_LAYOUT_BASE: the other build, for /base}
+        [ -x "$Z" ] || vm_fail "ZONEDD_VM_LAYOUT_BASE: $Z is not an executable"
+        ;;
     esac
     "$Z" format --backend "$nb" --force --layout "$layout" "${how[@]}" >/dev/null
-    res=$(env "${env[@]}" "$Z" create --backend "$nb" --queues 2 --depth 64)
+    res=$(env "${env[@]}" "$Z" create --backend "$nb" --queues 2 --depth 64 "${pool[@]}")
     bdev=$(sed -n 1p <<<"$res")
     id=$(sed -n 's/^id //p' <<<"$res")
     fio --name=fill --filename="$bdev" --direct=1 --rw=write --bs=1M --iodepth=8 \

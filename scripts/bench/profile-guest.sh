@@ -3,8 +3,11 @@
 # call graphs) while fio runs one workload against zonedd's /dev/ublkbN on a null_blk zoned
 # device, then `perf report` summaries by thread and by symbol into OUT.
 #   profile-guest.sh --out DIR [--seconds N] [--only NAME] [--create-args "ARGS"]
+# From the host (ZONEDD_VM_* reach the guest): ZONEDD_VM_PROFILE_CREATE_ARGS, the default of
+# --create-args; ZONEDD_VM_PROFILE_LOG_FILL, how much the log-layout jobs write sequentially
+# first (default 512M; 1024M fills the volume, so that GC runs throughout).
 set -euo pipefail
-out="" secs=15 only="" create_args=""
+out="" secs=15 only="" create_args=${ZONEDD_VM_PROFILE_CREATE_ARGS:-}
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -34,7 +37,7 @@ profile() { # profile NAME [--prefill] FIO-ARGS...
         # The log layout (issue 14): 16 MiB zones, 24 conventional (its log and index).
         dev=$(make_nullb nullb0 1536 16 24)
         "$Z" format --backend "$dev" --force --layout log >/dev/null 2>&1
-        fill=512M
+        fill=${ZONEDD_VM_PROFILE_LOG_FILL:-512M}
     else
         dev=$(make_nullb nullb0 1536 64 6)
         "$Z" format --backend "$dev" --force --reserved-seq 2 >/dev/null 2>&1
