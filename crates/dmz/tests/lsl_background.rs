@@ -230,8 +230,8 @@ impl zbd::ZonedDevice for ReadGate {
 
 /// GC copies a batch with `wlock` released (docs/design.md, "GC"): while the background
 /// thread's copy read is held back, no thread holds `wlock`, and a user write goes ahead
-/// (placing, writing, logging), as does a forced GC (it waits for the batch); once the read
-/// is let go, GC finishes and every block reads back as last written. With the batch copied under `wlock`, as before, the lock is held
+/// (placing, writing, logging) and completes, while a forced GC waits for the batch; once
+/// the read is let go, GC finishes and every block reads back as last written. With the batch copied under `wlock`, as before, the lock is held
 /// at the read.
 #[test]
 fn writers_go_ahead_while_gc_copies_a_batch() {
@@ -251,29 +251,46 @@ fn writers_go_ahead_while_gc_copies_a_batch() {
     let e = open(gate.clone());
     let blocks = e.capacity() / BS as u64;
     let mut m = scatter(&e, blocks, 2000, 5);
+    let s0 = e.stats();
+    let o = lsl_test_opts();
     assert!(
-        e.stats().zones_free < lsl_test_opts().gc_start_zones as u64,
-        "the test needs GC due"
+        s0.zones_free < o.gc_start_zones as u64 && s0.zones_free > o.gc_low_zones as u64,
+        "the test needs GC due, and a user write that opens a zone needing no forced GC: {s0:?}"
     );
     gate.armed.store(true, std::sync::atomic::Ordering::SeqCst);
     e.start_background().unwrap();
     arrived.recv().unwrap();
     assert!(!e.debug_wlock_held(), "wlock is held across GC's copy read");
     std::thread::scope(|s| {
-        // The write may need a zone that only this GC frees: let the read go after it
-        // started, not after it ended.
-        let w = s.spawn(|| lwrite(&e, 7, 3, 100_000, false));
+        // A user write places, writes its data and logs while the copy read is held back
+        // (it completes before the read is let go). A channel, not a join, so that a
+        // writer stuck behind GC fails the test rather than hangs it.
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let er = &e;
+        s.spawn(move || {
+            lwrite(er, 7, 3, 100_000, false);
+            done_tx.send(()).unwrap();
+        });
+        let wrote = done.recv_timeout(Duration::from_secs(120));
         // A forced GC meanwhile (a frontier out of free zones) waits for the batch with
         // `wlock` held: the copier gives its work back without `wlock`, so both finish.
         let forced = s.spawn(|| e.debug_gc_one().unwrap());
+        while e.debug_gc_copy_waiters() == 0 && !forced.is_finished() {
+            std::thread::yield_now();
+        }
+        let forced_waited = !forced.is_finished();
         release.send(()).unwrap();
-        w.join().unwrap();
+        assert!(wrote.is_ok(), "a user write waited for GC's copy");
+        assert!(
+            forced_waited,
+            "a forced GC went ahead of the batch in flight"
+        );
         forced.join().unwrap();
     });
     m.write(&e, 7, 3, 100_000, false); // the same write again, into the model too
     e.debug_wait_background();
     let s = e.stats();
-    assert!(s.gc_zones_freed > 0, "{s:?}");
+    assert!(s.gc_zones_freed > s0.gc_zones_freed, "{s:?}");
     e.debug_check().unwrap();
     m.verify(&e);
 }

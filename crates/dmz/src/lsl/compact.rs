@@ -224,7 +224,7 @@ impl LogEngine {
     /// again. The caller holds `wlock`.
     pub(super) fn compact_next(&self, budget: u32) -> Result<Compaction, EngineError> {
         let mut st = self.state.lock();
-        if st.gc.is_some() || st.gc_copying {
+        if st.gc.is_some() || st.gc_copying.is_some() {
             // A victim started meanwhile (a writer's paced GC): GC goes first.
             return Ok(Compaction::Scanning);
         }
@@ -271,7 +271,7 @@ impl LogEngine {
             let _w = self.wlock.lock();
             let gc_busy = {
                 let st = self.state.lock();
-                st.gc.is_some() || st.gc_copying
+                st.gc.is_some() || st.gc_copying.is_some()
             };
             if !gc_busy && self.compact_next(u32::MAX)? != Compaction::Started {
                 break;

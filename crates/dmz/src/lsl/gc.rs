@@ -76,6 +76,16 @@ pub(super) enum Step {
     Busy,
 }
 
+/// Ends a GC batch copied with `wlock` released (`Meta::gc_copying`) when dropped.
+struct CopyingGuard<'a>(&'a LogEngine);
+
+impl Drop for CopyingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().gc_copying = None;
+        self.0.gc_copied.notify_all();
+    }
+}
+
 /// The blocks of one GC batch, placed at the GC frontier (`zone` from `off`) under `wlock`,
 /// to be read and written there.
 struct Batch {
@@ -92,6 +102,12 @@ impl LogEngine {
         self.check_failed()?;
         let _w = self.wlock.lock();
         self.gc_one()
+    }
+
+    /// Test hook: threads waiting for a GC batch copied without `wlock`.
+    #[doc(hidden)]
+    pub fn debug_gc_copy_waiters(&self) -> usize {
+        self.gc_copy_waiters.load(Ordering::SeqCst)
     }
 
     /// Test hook: whether a thread holds `wlock` (one placer, logger or GC step at a time).
@@ -124,9 +140,11 @@ impl LogEngine {
     /// Wait until no GC batch is being copied without `wlock` (`Meta::gc_copying`).
     pub(super) fn wait_gc_copied(&self) {
         let mut st = self.state.lock();
-        while st.gc_copying {
+        self.gc_copy_waiters.fetch_add(1, Ordering::SeqCst);
+        while st.gc_copying.is_some() {
             self.gc_copied.wait(&mut st);
         }
+        self.gc_copy_waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// After a user write of `n` blocks (the caller holds `wlock`): when free zones are below
@@ -136,7 +154,11 @@ impl LogEngine {
         if !self.gc_owed(&self.state.lock()) {
             return Ok(());
         }
-        if self.state.lock().gc.is_none() {
+        let idle = {
+            let st = self.state.lock();
+            st.gc.is_none() && st.gc_copying.is_none()
+        };
+        if idle {
             match self.gc_step(0, None) {
                 Ok(Step::Copied(_)) => {}
                 Ok(Step::NoVictim | Step::Finished | Step::Busy) | Err(EngineError::NoSpace(_)) => {
@@ -146,7 +168,14 @@ impl LogEngine {
             }
         }
         let mut st = self.state.lock();
-        let ratio = st.gc.as_ref().map_or(0.0, |w| w.ratio);
+        // The work's ratio, also while another thread copies its batch: the write owes it
+        // all the same, and pays once the work is back.
+        let ratio = st
+            .gc
+            .as_ref()
+            .map(|w| w.ratio)
+            .or(st.gc_copying)
+            .unwrap_or(0.0);
         st.gc_debt += n as f64 * ratio;
         // A batch, or what is left of the victim when that is less.
         let due = |st: &super::meta::Meta| {
@@ -162,14 +191,14 @@ impl LogEngine {
                 Err(EngineError::NoSpace(_)) => return Ok(()),
                 r => r?,
             };
-            self.stats.gc_paced.fetch_add(1, Ordering::Relaxed);
             st = self.state.lock();
             match step {
                 Step::Copied(k) => st.gc_debt -= k.max(1) as f64,
                 Step::NoVictim | Step::Finished => st.gc_debt = 0.0,
-                // Another thread copies a batch now: this write pays later.
+                // Another thread copies a batch now: the debt stays, a later write pays it.
                 Step::Busy => return Ok(()),
             }
+            self.stats.gc_paced.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -181,6 +210,7 @@ impl LogEngine {
         st.gc
             .as_ref()
             .is_some_and(|w| matches!(w.source, Source::Victim(_)))
+            || st.gc_copying.is_some_and(|r| r > 0.0)
             || (st.zones.nr_free() < self.opts.gc_start_zones && self.worth_pacing(st))
     }
 
@@ -216,7 +246,7 @@ impl LogEngine {
     ) -> Result<Step, EngineError> {
         let work = {
             let mut st = self.state.lock();
-            if st.gc_copying {
+            if st.gc_copying.is_some() {
                 return Ok(Step::Busy);
             }
             st.gc.take()
@@ -299,6 +329,7 @@ impl LogEngine {
         max: u64,
         w: &mut MutexGuard<'_, ()>,
     ) -> Result<u64, EngineError> {
+        let next = work.next;
         let batch = match self.pick_batch(&mut work, max) {
             Ok(b) => b,
             Err(e) => {
@@ -310,16 +341,19 @@ impl LogEngine {
             self.state.lock().gc = Some(work);
             return Ok(0);
         };
-        self.state.lock().gc_copying = true;
+        self.state.lock().gc_copying = Some(work.ratio);
+        // Cleared (and waiters woken) however the closure ends, a panic included: a forced
+        // GC waiting with `wlock` held must never wait for good.
+        let copying = CopyingGuard(self);
         MutexGuard::unlocked(w, || {
             let r = self.copy_blocks(&batch);
-            if r.is_ok() {
-                self.record_batch(&mut work, &batch);
+            match r {
+                Ok(()) => self.record_batch(&mut work, &batch),
+                // Not copied: the batch is picked again (the engine has stopped anyway).
+                Err(_) => work.next = next,
             }
-            let mut st = self.state.lock();
-            st.gc = Some(work);
-            st.gc_copying = false;
-            self.gc_copied.notify_all();
+            self.state.lock().gc = Some(work);
+            drop(copying);
             r.map(|()| batch.blocks.len() as u64)
         })
     }

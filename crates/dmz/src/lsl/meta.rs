@@ -37,8 +37,10 @@ pub(crate) struct Meta {
     pub gc: Option<GcWork>,
     pub gc_debt: f64,
     /// A GC batch is being copied with `wlock` released (`gc.rs`, `Step::Busy`): the work is
-    /// out of `gc` meanwhile, and no other GC step may start until it is back.
-    pub gc_copying: bool,
+    /// out of `gc` meanwhile, and no other GC step may start until it is back. Its ratio
+    /// (blocks of copying owed per user block: 0 for a compaction), so that writes meanwhile
+    /// still owe it.
+    pub gc_copying: Option<f64>,
     /// The pages idle compaction looks at next (`compact.rs`): those user writes and GC
     /// copies changed since.
     pub compact: PageSet,

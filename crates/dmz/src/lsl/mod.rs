@@ -227,6 +227,8 @@ pub struct LogEngine {
     planned_done: Condvar,
     /// Notified (with `state`) when a GC batch copied without `wlock` is back in `Meta::gc`.
     gc_copied: Condvar,
+    /// Threads waiting on `gc_copied` (a test hook reads it).
+    gc_copy_waiters: AtomicUsize,
     /// Read side: a read from its index lookup to the end of its device reads (a planned
     /// read's guard holds it until the caller's reads are done, `plan::LogReadPlan`); write
     /// side: a zone reset. `Arc`ed for the planned reads' owned guards.

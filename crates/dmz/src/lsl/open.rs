@@ -242,6 +242,7 @@ impl LogEngine {
             planned: Mutex::new(Vec::new()),
             planned_done: Condvar::new(),
             gc_copied: Condvar::new(),
+            gc_copy_waiters: Default::default(),
             reset: Arc::new(RwLock::new(())),
             failed: Mutex::new(None),
             stats,
@@ -382,7 +383,7 @@ fn load_checkpoint(
         gen: ck.gen,
         gc: None,
         gc_debt: 0.0,
-        gc_copying: false,
+        gc_copying: None,
         compact: PageSet::new(l.nr_pages, compact_on),
     })
 }
