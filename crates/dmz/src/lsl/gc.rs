@@ -1,7 +1,9 @@
-//! Garbage collection, one victim at a time, in the writers (this slice has no GC thread):
-//! the victim's live blocks, found through its summary, are copied in logical order into
-//! the GC frontier a batch at a time; once all are copied: flush, `Move` records for the
-//! copies still live, `ZoneFree`, log write, flush, and only then the victim's reset.
+//! Garbage collection, one victim at a time, in the writers and in the background thread
+//! (`background.rs`): the victim's live blocks, found through its summary, are copied in
+//! logical order into the GC frontier a batch at a time (a paced or background batch with
+//! `wlock` released across its device I/O, `copy_released`); once all are copied: flush,
+//! `Move` records for the copies still live, `ZoneFree`, log write, flush, and only then the
+//! victim's reset.
 //!
 //! Pacing: below `gc_start_zones` free zones (and when the best victim frees enough: at most
 //! `MAX_PACED_RATIO` valid blocks per invalid one), each user write of n blocks owes `n × valid /
