@@ -284,7 +284,7 @@ impl LogEngine {
     /// Whether GC should run now (see the module's rule 1).
     fn gc_wanted(&self) -> bool {
         let st = self.state.lock();
-        if st.gc.is_some() || st.gc_copying.is_some() {
+        if st.gc_busy() {
             return true;
         }
         let free = st.zones.nr_free();

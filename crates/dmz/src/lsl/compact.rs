@@ -224,7 +224,7 @@ impl LogEngine {
     /// again. The caller holds `wlock`.
     pub(super) fn compact_next(&self, budget: u32) -> Result<Compaction, EngineError> {
         let mut st = self.state.lock();
-        if st.gc.is_some() || st.gc_copying.is_some() {
+        if st.gc_busy() {
             // A victim started meanwhile (a writer's paced GC): GC goes first.
             return Ok(Compaction::Scanning);
         }
@@ -269,10 +269,7 @@ impl LogEngine {
         let before = self.stats.compact_pages.load(Ordering::Relaxed);
         loop {
             let _w = self.wlock.lock();
-            let gc_busy = {
-                let st = self.state.lock();
-                st.gc.is_some() || st.gc_copying.is_some()
-            };
+            let gc_busy = self.state.lock().gc_busy();
             if !gc_busy && self.compact_next(u32::MAX)? != Compaction::Started {
                 break;
             }

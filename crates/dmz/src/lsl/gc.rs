@@ -156,11 +156,8 @@ impl LogEngine {
         if !self.gc_owed(&self.state.lock()) {
             return Ok(());
         }
-        let idle = {
-            let st = self.state.lock();
-            st.gc.is_none() && st.gc_copying.is_none()
-        };
-        if idle {
+        let gc_busy = self.state.lock().gc_busy();
+        if !gc_busy {
             match self.gc_step(0, None) {
                 Ok(Step::Copied(_)) => {}
                 Ok(Step::NoVictim | Step::Finished | Step::Busy) | Err(EngineError::NoSpace(_)) => {

@@ -47,6 +47,11 @@ pub(crate) struct Meta {
 }
 
 impl Meta {
+    /// Whether a GC work is in progress: in `gc`, or out of it while a batch is copied.
+    pub fn gc_busy(&self) -> bool {
+        self.gc.is_some() || self.gc_copying.is_some()
+    }
+
     /// Apply record `seq`. `landed[i]` says whether block `i` of an `Append` is on the device
     /// (all true on the live path; replay checks unproven records).
     /// An error (a page that cannot be read) leaves the record applied in part: the engine
