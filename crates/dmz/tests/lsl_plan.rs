@@ -13,6 +13,7 @@ use common::*;
 use dmz::lsl::{LogEngine, LogOptions, LogStats, LogSyncPlan};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use zbd::ZonedDevice;
 
 /// A planned write of `pattern(id, start)` to blocks `start..start + n`, made as a queue
 /// thread makes it (data through the device, record, log written by the caller or the
@@ -36,6 +37,102 @@ fn planned_write(e: &Arc<LogEngine>, start: u64, n: u64, id: u64) -> bool {
         LogSyncPlan::Write(w) => w.write_for_test().unwrap(),
     }
     true
+}
+
+/// Writes `(start, n, id)` planned as one write group (`LogEngine::plan_writes`), made as
+/// a queue thread makes it: one device write of every write placed, in the order placed,
+/// the records appended together (`try_complete_parts`, else `complete_parts` as a pool job
+/// would) and synced once. Returns which writes were placed (none without a plan), and the
+/// device offset of the group's data.
+fn planned_group(e: &Arc<LogEngine>, writes: &[(u64, u64, u64)]) -> (Vec<bool>, u64) {
+    let asked: Vec<(u64, u64)> = writes
+        .iter()
+        .map(|&(start, n, _)| (start * BS as u64, n * BS as u64))
+        .collect();
+    let Some(mut plan) = e.plan_writes(&asked) else {
+        return (vec![false; writes.len()], 0);
+    };
+    let at = plan.device_offset();
+    let placed: Vec<usize> = plan.placed().collect();
+    let data: Vec<Vec<u8>> = placed
+        .iter()
+        .map(|&i| {
+            let (start, n, id) = writes[i];
+            let mut buf = vec![0u8; n as usize * BS];
+            pattern(id, start, &mut buf);
+            buf
+        })
+        .collect();
+    plan.write_for_test(&data.concat()).unwrap();
+    let parts: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+    let seq = match plan.try_complete_parts(&parts) {
+        Ok(r) => r.unwrap(),
+        Err(plan) => plan.complete_parts(&parts).unwrap(),
+    };
+    match e.plan_sync(seq).unwrap() {
+        LogSyncPlan::Done => {}
+        LogSyncPlan::Busy => e.sync(seq).unwrap(),
+        LogSyncPlan::Write(w) => w.write_for_test().unwrap(),
+    }
+    ((0..writes.len()).map(|i| placed.contains(&i)).collect(), at)
+}
+
+/// A write group places its writes one after the other at one frontier, in the order
+/// asked, leaving out a write that overlaps a planned write in flight or an earlier write
+/// of the group; each reads back, before and after a crash, and one log block holds the
+/// group's records.
+#[test]
+fn a_write_group_places_its_writes_together() {
+    let dev = formatted_lsl(256, 40, 4, 64);
+    let e = Arc::new(lopen(dev.clone()));
+    lwrite(&e, 100, 1, 1, false);
+    // A plan in flight over block 50 (on the first frontier's turn); a write through the
+    // engine meanwhile opens a second frontier, which the group then takes.
+    let mut held = vec![0u8; BS];
+    pattern(9, 50, &mut held);
+    let in_flight = e.plan_write(50 * BS as u64, &held).expect("a plan");
+    lwrite(&e, 101, 1, 1, false);
+    let writes = [(10, 2, 2), (11, 1, 3), (50, 1, 4), (30, 3, 5), (7, 1, 6)];
+    let asked: Vec<(u64, u64)> = writes
+        .iter()
+        .map(|&(start, n, _)| (start * BS as u64, n * BS as u64))
+        .collect();
+    let plan = e.plan_writes(&asked).expect("a group plan");
+    assert_eq!(plan.placed().collect::<Vec<_>>(), [0, 3, 4]);
+    drop(plan);
+    drop(in_flight);
+    let logged = e.stats().log_blocks_written;
+    let (placed, at) = planned_group(&e, &writes);
+    assert_eq!(placed, [true, false, true, true, true]);
+    assert_eq!(
+        e.stats().log_blocks_written,
+        logged + 1,
+        "one log write for the group"
+    );
+    let s = e.stats();
+    assert_eq!((s.planned_writes, s.planned_groups), (4, 1), "{s:?}");
+    // On the device, one after the other in the order placed.
+    let mut want = Vec::new();
+    for &(start, n, id) in [writes[0], writes[2], writes[3], writes[4]].iter() {
+        let mut buf = vec![0u8; n as usize * BS];
+        pattern(id, start, &mut buf);
+        want.extend(buf);
+    }
+    let mut got = vec![0u8; want.len()];
+    dev.read_at(&mut got, at).unwrap();
+    assert!(got == want, "the group's data is not where it was placed");
+    let mut m = LModel::new(&e);
+    m.ids[100] = 1;
+    m.ids[101] = 1;
+    m.ids[10] = 2;
+    m.ids[11] = 2;
+    m.ids[50] = 4;
+    m.ids[30..33].fill(5);
+    m.ids[7] = 6;
+    m.verify(&e);
+    e.debug_check().unwrap();
+    drop(e);
+    m.verify(&lopen(dev));
 }
 
 /// Writers on disjoint ranges, each making half its writes planned (the other half, and
@@ -107,6 +204,22 @@ fn mixed_writers_and_readers(zones: u32, opts: LogOptions) -> LogStats {
                             e.discard(start * BS as u64, n * BS as u64).unwrap();
                             0
                         }
+                        // A write group of this write and the next one.
+                        4 => {
+                            let n2 = rng.gen_range(1..=4);
+                            let off2 = rng.gen_range(0..=span - n2);
+                            let writes = [(start, n, id), (w * span + off2, n2, id + (1 << 20))];
+                            for (&(s, k, id), placed) in
+                                writes.iter().zip(planned_group(&e, &writes).0)
+                            {
+                                if !placed {
+                                    lwrite(&e, s, k, id, false);
+                                }
+                                let o = (s - w * span) as usize;
+                                ids[o..o + k as usize].fill(id);
+                            }
+                            continue;
+                        }
                         k if k % 2 == 0 && planned_write(&e, start, n, id) => id,
                         _ => {
                             lwrite(&e, start, n, id, false);
@@ -134,6 +247,10 @@ fn mixed_writers_and_readers(zones: u32, opts: LogOptions) -> LogStats {
     eprintln!("{s:?}");
     assert!(s.gc_zones_freed > 0, "{s:?}");
     assert!(s.planned_writes > 100, "too few writes were planned: {s:?}");
+    assert!(
+        s.planned_writes - s.planned_groups > 20,
+        "too few write groups: {s:?}"
+    );
     // A crash: no close, no checkpoint; the log gives every acknowledged write back.
     drop(e);
     let e = LogEngine::open(dev, opts).unwrap();

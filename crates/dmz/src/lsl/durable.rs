@@ -17,56 +17,64 @@ impl LogEngine {
     /// until the next checkpoint). Checkpoints first when the log half is full. Returns the
     /// record's sequence number.
     pub(super) fn log_op(&self, rec: LogRec) -> Result<u64, EngineError> {
-        let len = rec.encoded_len();
-        debug_assert!(len <= PAYLOAD);
+        self.log_ops(std::slice::from_ref(&rec))
+    }
+
+    /// [`LogEngine::log_op`] for records that go to the log together, in one log block (a
+    /// write group's: at most [`PAYLOAD`] bytes in all). Returns the last one's sequence
+    /// number.
+    pub(super) fn log_ops(&self, recs: &[LogRec]) -> Result<u64, EngineError> {
+        debug_assert!(encoded_len(recs) <= PAYLOAD);
         for _ in 0..3 {
-            if let Some(seq) = self.append_now(&mut self.state.lock(), &rec)? {
+            if let Some(seq) = self.append_now(&mut self.state.lock(), recs)? {
                 return Ok(seq);
             }
-            self.make_room(&rec)?;
+            self.make_room(recs)?;
         }
         Err(self.fail(EngineError::Meta(
             "metadata log: no room after a checkpoint".into(),
         )))
     }
 
-    /// Whether `rec` can be appended without a checkpoint or write-back first: the log half
-    /// has room for it and is not `checkpoint_pct` full, and less than half the index cache
-    /// is dirty.
-    pub(super) fn can_append(&self, st: &Meta, rec: &LogRec) -> bool {
-        self.log_has_room(st, rec) && !st.index.needs_writeback()
+    /// Whether `recs` can be appended without a checkpoint or write-back first: the log half
+    /// has room for them and is not `checkpoint_pct` full, and less than half the index
+    /// cache is dirty.
+    pub(super) fn can_append(&self, st: &Meta, recs: &[LogRec]) -> bool {
+        self.log_has_room(st, recs) && !st.index.needs_writeback()
     }
 
-    fn log_has_room(&self, st: &Meta, rec: &LogRec) -> bool {
-        st.log.has_room(rec.encoded_len()) && st.log.used_pct() < self.opts.checkpoint_pct
+    fn log_has_room(&self, st: &Meta, recs: &[LogRec]) -> bool {
+        st.log.has_room(encoded_len(recs)) && st.log.used_pct() < self.opts.checkpoint_pct
     }
 
     /// What [`LogEngine::can_append`] lacks: a checkpoint when the log half is (nearly)
     /// full, else a write-back of the dirty index pages. The caller holds `wlock`.
-    fn make_room(&self, rec: &LogRec) -> Result<(), EngineError> {
-        if self.log_has_room(&self.state.lock(), rec) {
+    fn make_room(&self, recs: &[LogRec]) -> Result<(), EngineError> {
+        if self.log_has_room(&self.state.lock(), recs) {
             self.writeback()
         } else {
             self.checkpoint()
         }
     }
 
-    /// Apply `rec` and append it if [`LogEngine::can_append`]: its sequence number. A page
-    /// the record needs that cannot be read stops the engine (the record may be applied in
-    /// part).
+    /// Apply `recs` in order and append them if [`LogEngine::can_append`]: the last one's
+    /// sequence number. A page a record needs that cannot be read stops the engine (the
+    /// records may be applied in part).
     pub(super) fn append_now(
         &self,
         st: &mut Meta,
-        rec: &LogRec,
+        recs: &[LogRec],
     ) -> Result<Option<u64>, EngineError> {
-        if !self.can_append(st, rec) {
+        if !self.can_append(st, recs) {
             return Ok(None);
         }
-        let seq = st.log.next_seq;
-        st.apply(rec, seq, Ctx::Live, &vec![true; rec_blocks(rec)])
-            .map_err(|e| self.fail(e))?;
+        for (i, rec) in recs.iter().enumerate() {
+            let seq = st.log.next_seq + i as u64;
+            st.apply(rec, seq, Ctx::Live, &vec![true; rec_blocks(rec)])
+                .map_err(|e| self.fail(e))?;
+        }
         self.nudge(st);
-        Ok(Some(st.log.append(std::slice::from_ref(rec))))
+        Ok(Some(st.log.append(recs)))
     }
 
     /// Write every record appended so far up to `upto` (all of them when `seal`, which also
@@ -226,6 +234,11 @@ impl LogEngine {
 pub(super) const PAGE_BATCH: usize = 256;
 
 /// Blocks an `Append` covers (the `landed` flags apply needs), 0 for other records.
+/// Bytes `recs` take in a log block.
+pub(super) fn encoded_len(recs: &[LogRec]) -> usize {
+    recs.iter().map(LogRec::encoded_len).sum()
+}
+
 fn rec_blocks(rec: &LogRec) -> usize {
     match rec {
         LogRec::Append { crcs, .. } => crcs.len(),

@@ -349,6 +349,25 @@ impl Index {
         (first..=last).all(|p| self.cache.contains_key(&p) || self.dir[p as usize] != IN_SLOT)
     }
 
+    /// Whether every range of `ranges` can be looked up and changed without reading a
+    /// page, one after the other: each [`Index::ready`], and the cache can take every page
+    /// not cached yet without evicting one (which an earlier range could do to a later
+    /// one's page).
+    pub fn ready_all(&self, ranges: &[(Lba, u32)]) -> bool {
+        let mut new: Vec<u32> = Vec::new();
+        for &(lba, n) in ranges {
+            if !self.ready(lba, n) {
+                return false;
+            }
+            let first = Layout::page_of(lba).0 .0;
+            let last = Layout::page_of(Lba(lba.0 + n.max(1) - 1)).0 .0;
+            new.extend((first..=last).filter(|p| !self.cache.contains_key(p)));
+        }
+        new.sort_unstable();
+        new.dedup();
+        new.is_empty() || self.cache.len() + new.len() <= self.cap
+    }
+
     /// Map `lba` to `to`; returns the old location. A page left mapping nothing is dropped
     /// at once (its directory entry becomes `NONE`; the next checkpoint writes that).
     pub fn set(&mut self, lba: Lba, to: Option<Pba>) -> Result<Option<Pba>, EngineError> {

@@ -154,8 +154,11 @@ pub struct LogStats {
     pub flushes: u64,
     /// Writes placed without blocking and written by the caller (the frontend's hop-free
     /// writes, `plan`), and writes through the engine that waited for a planned write over
-    /// the same blocks.
+    /// the same blocks; `planned_groups` counts the plans (a plan places one write, or
+    /// several written with one device write: a write group), so that `planned_writes /
+    /// planned_groups` is the mean group size.
     pub planned_writes: u64,
+    pub planned_groups: u64,
     pub planned_write_waits: u64,
     /// Summary blocks that failed their CRC and were rebuilt from the index.
     pub summary_rebuilds: u64,
@@ -199,6 +202,7 @@ struct Counters {
     discards: AtomicU64,
     flushes: AtomicU64,
     planned: AtomicU64,
+    planned_groups: AtomicU64,
     planned_waits: AtomicU64,
     summary_rebuilds: AtomicU64,
     replayed: AtomicU64,
@@ -321,6 +325,7 @@ impl LogEngine {
             discards: c(&self.stats.discards),
             flushes: c(&self.stats.flushes),
             planned_writes: c(&self.stats.planned),
+            planned_groups: c(&self.stats.planned_groups),
             planned_write_waits: c(&self.stats.planned_waits),
             summary_rebuilds: c(&self.stats.summary_rebuilds),
             replayed_records: c(&self.stats.replayed),

@@ -32,6 +32,7 @@ use std::sync::Arc;
 use parking_lot::{ArcMutexGuard, ArcRwLockReadGuard, RawMutex, RawRwLock};
 
 use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
+use crate::engine::meta::log::PAYLOAD;
 use crate::engine::ReadSegment;
 
 use super::layout::Pba;
@@ -40,23 +41,34 @@ use super::record::LogRec;
 use super::zones::{Slot, ZoneState};
 use super::{EngineError, LogEngine};
 
-/// A write placed at a user frontier, its data still to be written by the caller at
-/// [`LogWritePlan::device_offset`]. Dropped without [`LogWritePlan::complete`] (not
-/// written, or the data write failed), it records nothing and gives its blocks back to the
-/// frontier (nobody placed after them: its guard holds the turn). If the failed write
-/// moved the zone's write pointer all the same, the next write there fails at the device
-/// and stops the engine: never a silent misplacement.
+/// Writes placed one after the other at a user frontier (one write, or a write group: the
+/// writes a queue thread gathered, written with one device write), their data still to be
+/// written by the caller at [`LogWritePlan::device_offset`], in the order of
+/// [`LogWritePlan::placed`]. Dropped without [`LogWritePlan::complete`] (not written, or the
+/// data write failed), it records nothing and gives its blocks back to the frontier (nobody
+/// placed after them: its guard holds the turn). If the failed write moved the zone's write
+/// pointer all the same, the next write there fails at the device and stops the engine:
+/// never a silent misplacement.
 pub struct LogWritePlan {
     engine: Arc<LogEngine>,
     slot: Slot,
-    first: u32,
-    n: u32,
     zone: ZoneId,
     off: u32,
+    /// The writes placed, in device order from `off`.
+    members: Vec<Member>,
     /// Set by [`LogWritePlan::write_for_test`]: the device already knows of the data.
     through_device: bool,
     done: bool,
     _turn: ArcMutexGuard<RawMutex, ()>,
+}
+
+/// One write of a [`LogWritePlan`]: its index among the writes asked for, and its logical
+/// blocks.
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    idx: usize,
+    first: u32,
+    n: u32,
 }
 
 /// A read planned without blocking ([`LogEngine::plan_read`]): its segments, in request
@@ -141,14 +153,22 @@ impl LogEngine {
     /// `None` whenever anything would have to wait: the caller then calls
     /// [`LogEngine::write`].
     pub fn plan_write(self: &Arc<Self>, offset: u64, data: &[u8]) -> Option<LogWritePlan> {
-        let (first, n) = self.range(offset, data.len()).ok()?;
-        if n == 0 || n > IO_BATCH_BLOCKS || self.check_failed().is_err() {
+        let plan = self.plan_writes(&[(offset, data.len() as u64)])?;
+        debug_assert_eq!(plan.placed().count(), 1);
+        Some(plan)
+    }
+
+    /// Plan a write group without blocking: of the writes `(offset, len)` asked for, those
+    /// that fit one free turn's frontier together (at most [`IO_BATCH_BLOCKS`] blocks in
+    /// all), placed one after the other in the order asked, so that the caller writes all
+    /// their data with one device write. A write overlapping a planned write in flight, or
+    /// another write of the group, is left out (the caller makes it through
+    /// [`LogEngine::write`], which waits for the plan). `None`: nothing placed.
+    pub fn plan_writes(self: &Arc<Self>, writes: &[(u64, u64)]) -> Option<LogWritePlan> {
+        if self.check_failed().is_err() {
             return None;
         }
         let mut planned = self.planned.lock();
-        if planned.iter().any(|&p| overlaps(p, (first, n))) {
-            return None;
-        }
         let data_blocks = self.layout.data_blocks();
         for (s, t) in self.turns.iter().enumerate() {
             let Some(turn) = t.try_lock_arc() else {
@@ -158,29 +178,64 @@ impl LogEngine {
             let Some(f) = st.zones.frontier(Slot(s)) else {
                 continue;
             };
-            if data_blocks - f.wp < n {
+            let room = (data_blocks - f.wp).min(IO_BATCH_BLOCKS);
+            let members = self.pick_members(writes, room, &planned);
+            if members.is_empty() {
                 continue;
             }
             let off = f.wp;
-            for i in 0..n {
-                f.summary[(off + i) as usize] = Some(Lba(first + i));
+            for m in &members {
+                for i in 0..m.n {
+                    f.summary[f.wp as usize] = Some(Lba(m.first + i));
+                    f.wp += 1;
+                }
+                planned.push((m.first, m.n));
             }
-            f.wp += n;
             let zone = f.zone;
-            planned.push((first, n));
             return Some(LogWritePlan {
                 engine: self.clone(),
                 slot: Slot(s),
-                first,
-                n,
                 zone,
                 off,
+                members,
                 through_device: false,
                 done: false,
                 _turn: turn,
             });
         }
         None
+    }
+
+    /// The writes of a group that fit `room` blocks, in the order asked, none overlapping a
+    /// write in `planned` or an earlier one picked.
+    fn pick_members(
+        &self,
+        writes: &[(u64, u64)],
+        room: u32,
+        planned: &[(u32, u32)],
+    ) -> Vec<Member> {
+        let mut members: Vec<Member> = Vec::new();
+        let (mut total, mut bytes) = (0, 0);
+        for (idx, &(offset, len)) in writes.iter().enumerate() {
+            let Ok((first, n)) = self.range(offset, len as usize) else {
+                continue;
+            };
+            // Its record: the group's records go to the log in one block.
+            let rec_len = LogRec::append_len(n);
+            let clash = |&(f, k): &(u32, u32)| overlaps((f, k), (first, n));
+            if n == 0
+                || total + n > room
+                || bytes + rec_len > PAYLOAD
+                || planned.iter().any(clash)
+                || members.iter().map(|m| (m.first, m.n)).any(|p| clash(&p))
+            {
+                continue;
+            }
+            total += n;
+            bytes += rec_len;
+            members.push(Member { idx, first, n });
+        }
+        members
     }
 
     /// Wait until no planned write over blocks `first..first + n` is in flight (a write or
@@ -262,19 +317,37 @@ impl LogWritePlan {
         self.engine.layout.zone_offset(self.zone, self.off)
     }
 
-    /// `data` (the whole write) is on the device at [`LogWritePlan::device_offset`], written
-    /// through the read source: record it, then pay what the write owes GC (`gc_paced`, as
-    /// a write through the engine does). Returns the record's sequence number, for
-    /// [`LogEngine::sync`] or [`LogEngine::plan_sync`]; the write may be acknowledged once
-    /// that succeeded. Waits for `wlock`, which a GC step or a checkpoint holds across
-    /// device I/O, and may copy GC batches itself: for a thread that may wait.
-    pub fn complete(mut self, data: &[u8]) -> Result<u64, EngineError> {
+    /// The writes placed ([`LogEngine::plan_writes`]), by their index among those asked
+    /// for, in the order their data goes from [`LogWritePlan::device_offset`].
+    pub fn placed(&self) -> impl Iterator<Item = usize> + '_ {
+        self.members.iter().map(|m| m.idx)
+    }
+
+    /// Blocks placed, in all.
+    fn blocks(&self) -> u32 {
+        self.members.iter().map(|m| m.n).sum()
+    }
+
+    /// `data` (the whole write, or every write of the group one after the other) is on the
+    /// device at [`LogWritePlan::device_offset`], written through the read source: record
+    /// it, then pay what the write owes GC (`gc_paced`, as a write through the engine
+    /// does). Returns the sequence number of the last record, for [`LogEngine::sync`] or
+    /// [`LogEngine::plan_sync`]; the writes may be acknowledged once that succeeded. Waits
+    /// for `wlock`, which a GC step or a checkpoint holds across device I/O, and may copy
+    /// GC batches itself: for a thread that may wait.
+    pub fn complete(self, data: &[u8]) -> Result<u64, EngineError> {
+        self.complete_parts(&[data])
+    }
+
+    /// [`LogWritePlan::complete`] with the data in parts (each write's buffer, in the
+    /// order placed).
+    pub fn complete_parts(mut self, parts: &[&[u8]]) -> Result<u64, EngineError> {
         let e = self.engine.clone();
-        let n = self.n as u64;
-        let rec = self.record(data);
+        let n = self.blocks() as u64;
+        let recs = self.records(parts);
         let seq = {
             let _w = e.wlock.lock();
-            self.commit(|| e.log_op(rec))
+            self.commit(|| e.log_ops(&recs))
         };
         // Its turn is free again while GC is paid, as in `write`.
         drop(self);
@@ -286,64 +359,92 @@ impl LogWritePlan {
 
     /// [`LogWritePlan::complete`] when it waits for nothing: `wlock` free, no GC owed (the
     /// write would pay it), no checkpoint due (the record would make one, which needs the
-    /// log writer). Otherwise the plan back, still holding its turn and blocks, for a
-    /// thread that may wait. Never takes the log writer: the device learns of the data
-    /// and the record is appended under one hold of `state`, so nothing (a flush sealing
-    /// the log block) comes between the check and the append.
+    /// log writer), no index page to read. Otherwise the plan back, still holding its turn
+    /// and blocks, for a thread that may wait. Never takes the log writer: the device
+    /// learns of the data and the records are appended under one hold of `state`, so
+    /// nothing (a flush sealing the log block) comes between the check and the append.
     pub fn try_complete(self, data: &[u8]) -> Result<Result<u64, EngineError>, LogWritePlan> {
+        self.try_complete_parts(&[data])
+    }
+
+    /// [`LogWritePlan::try_complete`] with the data in parts, as
+    /// [`LogWritePlan::complete_parts`].
+    pub fn try_complete_parts(
+        self,
+        parts: &[&[u8]],
+    ) -> Result<Result<u64, EngineError>, LogWritePlan> {
         let e = self.engine.clone();
-        let rec = self.record(data);
+        let recs = self.records(parts);
         let Some(_w) = e.wlock.try_lock() else {
             return Err(self);
         };
         let mut st = e.state.lock();
-        if !e.can_append(&st, &rec) || e.gc_owed(&st) || !pages_ready(&st, &rec) {
+        if !e.can_append(&st, &recs) || e.gc_owed(&st) || !pages_ready(&st, &recs) {
             return Err(self);
         }
         let mut plan = self;
-        let r = plan.commit(|| e.append_now(&mut st, &rec)?.ok_or_else(no_room));
+        let r = plan.commit(|| e.append_now(&mut st, &recs)?.ok_or_else(no_room));
         // The plan's drop takes `state` (to give its room back, if not done).
         drop(st);
         drop(plan);
         Ok(r)
     }
 
-    /// The `Append` record of this write, `data` being what was written.
-    fn record(&self, data: &[u8]) -> LogRec {
-        debug_assert_eq!(data.len(), self.n as usize * BLOCK);
-        LogRec::Append {
-            lba: Lba(self.first),
-            zone: self.zone,
-            off: self.off,
-            crcs: data.chunks(BLOCK).map(crc32fast::hash).collect(),
-        }
+    /// The `Append` record of each write placed, `parts` being the data written, in order.
+    fn records(&self, parts: &[&[u8]]) -> Vec<LogRec> {
+        let mut crcs = parts
+            .iter()
+            .flat_map(|p| p.chunks(BLOCK))
+            .map(crc32fast::hash);
+        debug_assert_eq!(
+            parts.iter().map(|p| p.len()).sum::<usize>(),
+            self.blocks() as usize * BLOCK
+        );
+        let mut off = self.off;
+        self.members
+            .iter()
+            .map(|m| {
+                let rec = LogRec::Append {
+                    lba: Lba(m.first),
+                    zone: self.zone,
+                    off,
+                    crcs: crcs.by_ref().take(m.n as usize).collect(),
+                };
+                off += m.n;
+                rec
+            })
+            .collect()
     }
 
-    /// Tell the device of the data (unless written through it), then `append` the record;
-    /// counted, and the plan done, once it is appended. The caller holds `wlock`, and not
-    /// `state` when it drops the plan.
+    /// Tell the device of the data (unless written through it), then `append` the records;
+    /// counted, and the plan done, once they are appended. The caller holds `wlock`, and
+    /// not `state` when it drops the plan.
     fn commit(
         &mut self,
         append: impl FnOnce() -> Result<u64, EngineError>,
     ) -> Result<u64, EngineError> {
         let e = &self.engine;
         e.check_failed()?;
+        let blocks = self.blocks() as u64;
         if !self.through_device {
-            let len = self.n as u64 * BLOCK as u64;
-            e.dev(e.dev.source_written(self.device_offset(), len))?;
+            e.dev(
+                e.dev
+                    .source_written(self.device_offset(), blocks * BLOCK as u64),
+            )?;
         }
         let seq = append()?;
         self.done = true;
-        e.stats.writes.fetch_add(1, Ordering::Relaxed);
-        e.stats.planned.fetch_add(1, Ordering::Relaxed);
-        e.stats
-            .user_blocks
-            .fetch_add(self.n as u64, Ordering::Relaxed);
+        let writes = self.members.len() as u64;
+        e.stats.writes.fetch_add(writes, Ordering::Relaxed);
+        e.stats.planned.fetch_add(writes, Ordering::Relaxed);
+        e.stats.planned_groups.fetch_add(1, Ordering::Relaxed);
+        e.stats.user_blocks.fetch_add(blocks, Ordering::Relaxed);
         Ok(seq)
     }
 
-    /// Test hook: write `data` with the device's own write (the caller's ring write, for
-    /// devices without a read source), before [`LogWritePlan::complete`].
+    /// Test hook: write `data` (every write placed, one after the other) with the device's
+    /// own write (the caller's ring write, for devices without a read source), before
+    /// [`LogWritePlan::complete`].
     #[doc(hidden)]
     pub fn write_for_test(&mut self, data: &[u8]) -> Result<(), EngineError> {
         let e = &self.engine;
@@ -357,18 +458,21 @@ impl Drop for LogWritePlan {
     fn drop(&mut self) {
         let e = &self.engine;
         if !self.done {
+            let n = self.blocks();
             let mut st = e.state.lock();
             if let Some(f) = st.zones.frontier(self.slot) {
-                if f.zone == self.zone && f.wp == self.off + self.n {
+                if f.zone == self.zone && f.wp == self.off + n {
                     f.wp = self.off;
-                    let r = self.off as usize..(self.off + self.n) as usize;
+                    let r = self.off as usize..(self.off + n) as usize;
                     f.summary[r].fill(None);
                 }
             }
         }
         let mut planned = e.planned.lock();
-        if let Some(i) = planned.iter().position(|&p| p == (self.first, self.n)) {
-            planned.swap_remove(i);
+        for m in &self.members {
+            if let Some(i) = planned.iter().position(|&p| p == (m.first, m.n)) {
+                planned.swap_remove(i);
+            }
         }
         e.planned_done.notify_all();
         // The turn is released after this, with the guard.
@@ -430,13 +534,23 @@ impl Drop for LogWrite {
     }
 }
 
-/// Whether appending `rec` (a planned write's `Append`) reads no index page: a queue thread
-/// does not wait for the device.
-fn pages_ready(st: &Meta, rec: &LogRec) -> bool {
-    match rec {
-        LogRec::Append { lba, crcs, .. } => st.index.ready(*lba, crcs.len() as u32),
-        _ => false,
-    }
+/// Whether appending `recs` (a planned write's or write group's `Append`s) reads no index
+/// page: a queue thread does not wait for the device. Each record keeps its own pages
+/// cached while it is applied; a group's later records need the cache to take every page
+/// not cached yet without evicting one (an earlier record could evict a later one's).
+fn pages_ready(st: &Meta, recs: &[LogRec]) -> bool {
+    let ranges: Vec<(Lba, u32)> = recs
+        .iter()
+        .filter_map(|r| match r {
+            LogRec::Append { lba, crcs, .. } => Some((*lba, crcs.len() as u32)),
+            _ => None,
+        })
+        .collect();
+    ranges.len() == recs.len()
+        && match &ranges[..] {
+            [(lba, n)] => st.index.ready(*lba, *n),
+            _ => st.index.ready_all(&ranges),
+        }
 }
 
 #[cfg(test)]

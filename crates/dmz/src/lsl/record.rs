@@ -160,6 +160,17 @@ impl RecordSet for LogRec {
 }
 
 impl LogRec {
+    /// Bytes an `Append` of `n` blocks takes in a log block.
+    pub fn append_len(n: u32) -> usize {
+        LogRec::Append {
+            lba: Lba(0),
+            zone: ZoneId(0),
+            off: 0,
+            crcs: vec![0; n as usize],
+        }
+        .encoded_len()
+    }
+
     /// Bytes it takes in a log block.
     pub fn encoded_len(&self) -> usize {
         let mut v = Vec::new();
