@@ -130,7 +130,7 @@ keys = ["write_amplification", "gc_blocks_copied", "gc_zones_freed", "gc_paced_b
         "compact_pages", "compact_blocks", "compact_skipped_pages", "background_wakeups",
         "gc_forced_victims", "reclaim_blocks_copied", "reclaim_zones", "log_blocks_written",
         "index_resident_bytes", "hop_free_writes", "hop_free_handoffs", "writes",
-        "hop_free_reads", "pool_reads"]
+        "hop_free_reads", "pool_reads", "planned_writes", "planned_groups"]
 print("layout: %s: " % sys.argv[2] + ", ".join("%s %s" % (k, e[k]) for k in keys if k in e))' \
         "$out/$name-status.json" "$name"
     "$Z" delete "$id" >/dev/null

@@ -88,6 +88,20 @@ impl BlockTarget for LogTarget {
             guard: Box::new(LogPlan(plan)),
         })
     }
+    /// Hop-free writes are planned in write groups (one per queue thread's ring wait):
+    /// each user frontier takes one write at a time, and a group lets it carry several.
+    fn groups_writes(&self) -> bool {
+        self.source().is_some()
+    }
+    fn plan_write_group(&self, writes: &[(u64, u64)]) -> Option<frontend::GroupPlan> {
+        let src = self.source()?;
+        let plan = self.0.plan_writes(writes)?;
+        Some(frontend::GroupPlan {
+            device_offset: src.base + plan.device_offset(),
+            placed: plan.placed().collect(),
+            guard: Box::new(LogPlan(plan)),
+        })
+    }
     /// A declined plan is completed on the pool, and a write through the engine over its
     /// blocks waits for it (`LogEngine::wait_planned`). Only where writes are planned at
     /// all: elsewhere (an emulated image) holding would be work for nothing.
@@ -152,6 +166,26 @@ impl frontend::WriteGuard for LogPlan {
     /// `try_complete` declines when its record would make a checkpoint.
     fn needs_log_writer(&self) -> bool {
         false
+    }
+}
+
+/// A write group's plan: the same guard.
+impl frontend::GroupGuard for LogPlan {
+    fn complete(self: Box<Self>, parts: &[&[u8]]) -> Result<frontend::SyncToken, i32> {
+        self.0
+            .complete_parts(parts)
+            .map(frontend::SyncToken)
+            .map_err(errno)
+    }
+    /// Declined as a single write's is; never needs the log writer.
+    fn try_complete(
+        self: Box<Self>,
+        parts: &[&[u8]],
+    ) -> Result<Result<frontend::SyncToken, i32>, Box<dyn frontend::GroupGuard + Send>> {
+        match self.0.try_complete_parts(parts) {
+            Ok(r) => Ok(r.map(frontend::SyncToken).map_err(errno)),
+            Err(plan) => Err(Box::new(LogPlan(plan))),
+        }
     }
 }
 

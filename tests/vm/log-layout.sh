@@ -136,11 +136,12 @@ fio --name=lsl --filename="$bdev" --ioengine=libaio --direct=1 --rw=randwrite --
 }
 # The log layout's hop-free writes (docs/design.md, "Planned writes"): null_blk takes the
 # frontiers' writes through the queue rings, so most of fio's must have gone that way.
-read -r hfw writes planned handoffs <<<"$("$Z" status "$id" --json | python3 -c 'import json,sys
+read -r hfw writes planned groups handoffs <<<"$("$Z" status "$id" --json | python3 -c 'import json,sys
 d = json.load(sys.stdin)
 f = d["frontend"]
-print(f["hop_free_writes"], f["writes"], d["engine"]["planned_writes"], f["hop_free_handoffs"])')"
-echo "hop-free writes: $hfw of $writes (the engine counts $planned planned; $handoffs completed on the pool)"
+e = d["engine"]
+print(f["hop_free_writes"], f["writes"], e["planned_writes"], e["planned_groups"], f["hop_free_handoffs"])')"
+echo "hop-free writes: $hfw of $writes (the engine counts $planned planned in $groups write groups; $handoffs completed on the pool)"
 [ "$hfw" -gt 0 ] && [ "$hfw" = "$planned" ] ||
     vm_fail "hop-free writes on the log layout: $hfw, the engine's planned writes: $planned"
 kill -9 "$(field "$id" pid)"

@@ -23,6 +23,7 @@ pub mod raw_file;
 pub mod registry;
 pub mod request;
 pub mod sys;
+mod write_group;
 pub mod zoned;
 
 use std::os::fd::RawFd;
@@ -96,6 +97,24 @@ pub trait BlockTarget: Send + Sync {
     /// the pool. Called on a queue thread, and the plan is completed or dropped there.
     fn plan_write(&self, offset: u64, data: &[u8]) -> Option<WritePlan> {
         let _ = (offset, data);
+        None
+    }
+
+    /// Whether a queue thread should gather its tags' writes into write groups
+    /// ([`BlockTarget::plan_write_group`]) rather than plan them one by one. Default: false.
+    fn groups_writes(&self) -> bool {
+        false
+    }
+
+    /// Plan a write group without blocking: of the writes `(offset, len)` asked for (each
+    /// inside one chunk, not FUA, none of a chunk with work on the pool), those the target
+    /// places one after the other at one place of [`BlockTarget::read_fd`], so that the
+    /// caller writes all their data with one device write, in the order of
+    /// [`GroupPlan::placed`]; the others get no plan (the caller plans them again, or sends
+    /// them to the pool). `None`: nothing placed. The guard keeps the blocks placed for
+    /// these writes alone until it is completed or dropped. Called on a queue thread.
+    fn plan_write_group(&self, writes: &[(u64, u64)]) -> Option<GroupPlan> {
+        let _ = writes;
         None
     }
 
@@ -240,6 +259,31 @@ pub trait WriteGuard {
     fn needs_log_writer(&self) -> bool {
         true
     }
+}
+
+/// Writes placed one after the other ([`BlockTarget::plan_write_group`]).
+pub struct GroupPlan {
+    /// Where the data of the first write placed goes; each next one follows the last.
+    pub device_offset: u64,
+    /// The writes placed, as indexes among those asked for, in device order.
+    pub placed: Vec<usize>,
+    pub guard: Box<dyn GroupGuard>,
+}
+
+/// Held by a [`GroupPlan`].
+pub trait GroupGuard {
+    /// The data of every write placed (`parts`, in the order placed) is on the device from
+    /// the plan's offset: record them. The writes may be acknowledged once
+    /// [`BlockTarget::sync`] of the token succeeded. May wait for locks held across
+    /// device I/O: for the pool.
+    fn complete(self: Box<Self>, parts: &[&[u8]]) -> Result<SyncToken, i32>;
+
+    /// [`GroupGuard::complete`] when it needs no lock another thread may hold across device
+    /// I/O, and never the target's log writer; otherwise the guard back, for the pool.
+    fn try_complete(
+        self: Box<Self>,
+        parts: &[&[u8]],
+    ) -> Result<Result<SyncToken, i32>, Box<dyn GroupGuard + Send>>;
 }
 
 /// One unit of work handed to the worker pool.

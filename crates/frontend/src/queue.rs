@@ -46,10 +46,16 @@
 //! lock another thread holds across device I/O (the target's log writer, or what
 //! [`crate::WriteGuard::try_complete`] declines) has its data written on the ring all the
 //! same and the rest done by a pool job, released as its chunk's next job ([`Held`]): the
-//! queue thread never blocks on it. `QueueShared::hop_free_writes` switches it off.
+//! queue thread never blocks on it. `QueueShared::hop_free_writes` switches it off. For a
+//! target that groups writes ([`BlockTarget::groups_writes`]: the log layout), a one-piece
+//! write instead joins its thread's write group ([`crate::write_group`]): the writes of the
+//! tags that became ready together are planned together and written with one vectored
+//! write per plan.
 
 use crate::completion::{errno_or_eio, Kicker, TagCompletion};
 use crate::request::{decode, split, Request};
+use crate::write_group::write_grouped;
+pub use crate::write_group::WriteGroups;
 use crate::{
     BlockTarget, Dispatch, FlushStep, Job, LogWriteGuard, ReadSegment, SyncPlan, SyncToken,
     WritePlan,
@@ -210,14 +216,20 @@ pub fn run_queue(qid: u16, dev: &UblkDev, shared: Arc<QueueShared>) {
     let hop_free = dev.tgt.nr_fds == 2;
     let exe = Rc::new(smol::LocalExecutor::new());
     let log_gate = Rc::new(smol::lock::Mutex::new(()));
+    let groups = Rc::new(WriteGroups::default());
     let mut tasks = Vec::new();
     for tag in q.tags() {
         let q = q.clone();
         let shared = shared.clone();
         let kicker = kicker.clone();
         let gate = log_gate.clone();
+        let groups = groups.clone();
         tasks.push(exe.spawn(async move {
-            match tag_loop(&q, tag, buf_len, &shared, kicker, hop_free, &gate).await {
+            let thread = ThreadRing {
+                log_gate: &gate,
+                groups: &groups,
+            };
+            match tag_loop(&q, tag, buf_len, &shared, kicker, hop_free, thread).await {
                 Err(UblkError::QueueIsDown) | Ok(()) => {}
                 Err(e) => tracing::error!("queue {qid} tag {tag}: {e}"),
             }
@@ -267,9 +279,13 @@ async fn tag_loop(
     shared: &Arc<QueueShared>,
     kicker: Arc<Kicker>,
     hop_free: bool,
-    log_gate: &smol::lock::Mutex<()>,
+    thread: ThreadRing<'_>,
 ) -> Result<(), UblkError> {
-    let ring = QueueRing { q, log_gate };
+    let ring = QueueRing {
+        q,
+        log_gate: thread.log_gate,
+        groups: thread.groups,
+    };
     let ring = hop_free.then_some(&ring);
     let buf = Arc::new(IoBuf::<u8>::new(buf_len));
     let completion = Arc::new(TagCompletion::new(kicker));
@@ -292,6 +308,13 @@ async fn tag_loop(
     }
 }
 
+/// What the tags of one queue thread share besides the queue: its log gate and its
+/// forming write group.
+struct ThreadRing<'a> {
+    log_gate: &'a smol::lock::Mutex<()>,
+    groups: &'a WriteGroups,
+}
+
 /// Reads and writes a queue thread submits itself: on its own ring in the daemon
 /// ([`QueueRing`]), something simpler in tests.
 pub trait RingIo {
@@ -310,6 +333,13 @@ pub trait RingIo {
     /// `ptr..ptr + len` must stay allocated, and not be written by anyone, until the
     /// returned future has completed.
     unsafe fn write(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut;
+    /// Start writing the `n` buffers of `iov` one after the other from byte `offset` of the
+    /// target's fd; the future gives the bytes written or a negative errno.
+    ///
+    /// # Safety
+    /// `iov[..n]` and every buffer it names must stay allocated, and the buffers not be
+    /// written by anyone, until the returned future has completed.
+    unsafe fn writev(&self, iov: *const libc::iovec, n: u32, offset: u64) -> Self::Fut;
     /// Start an `fdatasync` of the target's fd; the future gives 0 or a negative errno.
     fn fsync(&self) -> Self::Fut;
     /// The queue thread's one gate around the target's log writer: held by a tag while its
@@ -317,6 +347,8 @@ pub trait RingIo {
     /// that may need the log writer (a flush, a blocking sync, a planned write's record),
     /// which would otherwise wait for this thread's own log write forever.
     fn log_gate(&self) -> &smol::lock::Mutex<()>;
+    /// The queue thread's forming write group ([`crate::write_group`]).
+    fn write_groups(&self) -> &WriteGroups;
 }
 
 /// The queue thread's own io_uring (libublk's per-thread queue ring), the target's read fd
@@ -324,6 +356,7 @@ pub trait RingIo {
 pub struct QueueRing<'a, 'q> {
     q: &'a UblkQueue<'q>,
     log_gate: &'a smol::lock::Mutex<()>,
+    groups: &'a WriteGroups,
 }
 
 impl RingIo for QueueRing<'_, '_> {
@@ -342,6 +375,12 @@ impl RingIo for QueueRing<'_, '_> {
             .build();
         self.q.ublk_submit_sqe(sqe)
     }
+    unsafe fn writev(&self, iov: *const libc::iovec, n: u32, offset: u64) -> Self::Fut {
+        let sqe = opcode::Writev::new(types::Fixed(1), iov, n)
+            .offset(offset)
+            .build();
+        self.q.ublk_submit_sqe(sqe)
+    }
     fn fsync(&self) -> Self::Fut {
         let sqe = opcode::Fsync::new(types::Fixed(1))
             .flags(types::FsyncFlags::DATASYNC)
@@ -350,6 +389,9 @@ impl RingIo for QueueRing<'_, '_> {
     }
     fn log_gate(&self) -> &smol::lock::Mutex<()> {
         self.log_gate
+    }
+    fn write_groups(&self) -> &WriteGroups {
+        self.groups
     }
 }
 
@@ -364,10 +406,16 @@ impl RingIo for NoRing {
     unsafe fn write(&self, _: *const u8, _: u32, _: u64) -> Self::Fut {
         match *self {}
     }
+    unsafe fn writev(&self, _: *const libc::iovec, _: u32, _: u64) -> Self::Fut {
+        match *self {}
+    }
     fn fsync(&self) -> Self::Fut {
         match *self {}
     }
     fn log_gate(&self) -> &smol::lock::Mutex<()> {
+        match *self {}
+    }
+    fn write_groups(&self) -> &WriteGroups {
         match *self {}
     }
 }
@@ -518,7 +566,7 @@ fn inline(req: Request, buf: &Arc<IoBuf<u8>>, shared: &QueueShared) -> Option<Re
 
 /// How [`read_hop_free`] or [`write_hop_free`] went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum HopFree {
+pub(crate) enum HopFree {
     /// Done on this thread, with this result for the kernel (a read: the buffer holds the
     /// data; a write: recorded and synced, or the engine's error after its data landed).
     Done(Result<(), i32>),
@@ -648,8 +696,17 @@ async fn write_hop_free<R: RingIo>(
         keys: Vec::new(),
         hold: shared.target.plans_hold_chunks(),
     };
+    let pieces: Vec<_> = split(offset, len, shared.target.chunk_size()).collect();
+    if let [p] = pieces[..] {
+        if shared.target.groups_writes() {
+            if !held.take(p.chunk) {
+                return HopFree::NoPlan;
+            }
+            return write_grouped(ring, offset, len, buf, completion, shared, &mut held).await;
+        }
+    }
     let mut plans: Vec<(std::ops::Range<usize>, WritePlan)> = Vec::new();
-    for p in split(offset, len, shared.target.chunk_size()) {
+    for p in pieces {
         if !held.take(p.chunk) {
             return HopFree::NoPlan;
         }
@@ -746,7 +803,7 @@ async fn write_hop_free<R: RingIo>(
 /// waits on the pool until they are released, so that it never overtakes the write, nor
 /// waits for it on a worker while the write's own hand-off job is queued behind it.
 /// Released on drop (or by the hand-off job).
-struct Held<'a> {
+pub(crate) struct Held<'a> {
     dispatch: &'a dyn Dispatch,
     keys: Vec<u64>,
     hold: bool,
@@ -776,7 +833,7 @@ impl Held<'_> {
     /// a write of the chunk queued on the pool meanwhile waits for that lock on a worker,
     /// and a job queued behind it on the same key would never run; xfstests' generic/127
     /// hung so).
-    async fn hand_off(
+    pub(crate) async fn hand_off(
         &mut self,
         shared: &QueueShared,
         completion: &Arc<TagCompletion>,
@@ -836,7 +893,7 @@ impl Drop for Held<'_> {
 
 /// Sync `tokens` on this thread's ring ([`sync_on_ring`]); from the first one whose log
 /// writer another thread holds, the rest is synced on the pool ([`Held::hand_off`]).
-async fn sync_tokens<R: RingIo>(
+pub(crate) async fn sync_tokens<R: RingIo>(
     ring: &R,
     tokens: Vec<SyncToken>,
     held: &mut Held<'_>,
@@ -1368,6 +1425,9 @@ mod tests {
         reads: std::cell::Cell<u32>,
         fsyncs: std::cell::Cell<u32>,
         gate: smol::lock::Mutex<()>,
+        groups: WriteGroups,
+        /// Vectored writes made (write groups).
+        writevs: std::cell::Cell<u32>,
     }
 
     impl RingIo for PreadRing {
@@ -1390,6 +1450,16 @@ mod tests {
             let n = unsafe { libc::pwrite(self.fd, ptr.cast(), len as usize, offset as i64) };
             std::future::ready(if n < 0 { -libc::EIO } else { n as i32 })
         }
+        unsafe fn writev(&self, iov: *const libc::iovec, n: u32, offset: u64) -> Self::Fut {
+            self.writevs.set(self.writevs.get() + 1);
+            if self.fail_at == Some(offset) {
+                return std::future::ready(-libc::EIO);
+            }
+            // SAFETY: the caller guarantees `iov[..n]` and its buffers are valid until the
+            // future completes (it is complete when returned).
+            let n = unsafe { libc::pwritev(self.fd, iov, n as i32, offset as i64) };
+            std::future::ready(if n < 0 { -libc::EIO } else { n as i32 })
+        }
         fn fsync(&self) -> Self::Fut {
             self.fsyncs.set(self.fsyncs.get() + 1);
             if self.fail_at == Some(FSYNC_FAILS) {
@@ -1401,6 +1471,9 @@ mod tests {
         }
         fn log_gate(&self) -> &smol::lock::Mutex<()> {
             &self.gate
+        }
+        fn write_groups(&self) -> &WriteGroups {
+            &self.groups
         }
     }
 
@@ -1442,6 +1515,8 @@ mod tests {
             reads: 0.into(),
             fsyncs: 0.into(),
             gate: Default::default(),
+            groups: WriteGroups::default(),
+            writevs: 0.into(),
         };
         // Two pieces (a chunk end inside), zero blocks among them.
         read_via(&sh, &t, &ring, FT_CHUNK - 5 * 4096, 12 * 4096);
@@ -1469,6 +1544,8 @@ mod tests {
             reads: 0.into(),
             fsyncs: 0.into(),
             gate: Default::default(),
+            groups: WriteGroups::default(),
+            writevs: 0.into(),
         };
         read_via(&sh, &t, &ring, FT_CHUNK - 4 * 4096, 8 * 4096);
         let s = sh.stats.snapshot();
@@ -1486,6 +1563,8 @@ mod tests {
             reads: 0.into(),
             fsyncs: 0.into(),
             gate: Default::default(),
+            groups: WriteGroups::default(),
+            writevs: 0.into(),
         };
         read_via(&sh, &t, &ring, 3 * FT_CHUNK, 4096);
         assert_eq!(ring.reads.get(), 0);
@@ -1804,6 +1883,8 @@ mod tests {
             reads: 0.into(),
             fsyncs: 0.into(),
             gate: Default::default(),
+            groups: WriteGroups::default(),
+            writevs: 0.into(),
         };
         (t, d, sh, ring)
     }
@@ -1979,11 +2060,19 @@ mod tests {
                 Held(Rc::new(true.into()), n)
             }
         }
+        unsafe fn writev(&self, iov: *const libc::iovec, n: u32, offset: u64) -> Held {
+            // SAFETY: the caller's guarantee, passed on (the write is made at once).
+            let n = unsafe { self.inner.writev(iov, n, offset) }.into_inner();
+            Held(Rc::new(true.into()), n)
+        }
         fn fsync(&self) -> Held {
             Held(Rc::new(true.into()), self.inner.fsync().into_inner())
         }
         fn log_gate(&self) -> &smol::lock::Mutex<()> {
             self.inner.log_gate()
+        }
+        fn write_groups(&self) -> &WriteGroups {
+            self.inner.write_groups()
         }
     }
 
@@ -2292,5 +2381,324 @@ mod tests {
         write_via(&sh, &ring, 8 * FT_CHUNK, 4096, 4, false);
         assert!(take().is_empty());
         assert_eq!(WriteFile::at(&t.file, 8 * FT_CHUNK, 4096), vec![4; 4096]);
+    }
+
+    /// A log-structured file target for write groups: the logical space is the file's first
+    /// half; every write lands at a cursor in its second half, a plan taking at most
+    /// `room` bytes (writes that do not fit are left out), and reads follow the map that
+    /// completed plans (and pool writes) keep. Logs each completion, pool write and sync.
+    struct GroupFile {
+        file: std::fs::File,
+        _dir: tempfile::TempDir,
+        cursor: Mutex<u64>,
+        room: u64,
+        map: Arc<Mutex<std::collections::HashMap<u64, u64>>>,
+        log: Arc<Mutex<Vec<String>>>,
+        decline: bool,
+        tokens: Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    const GF_HALF: u64 = 8 * FT_CHUNK;
+
+    impl GroupFile {
+        fn new(room: u64, decline: bool) -> GroupFile {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("data");
+            std::fs::write(&path, vec![0u8; 2 * GF_HALF as usize]).unwrap();
+            GroupFile {
+                file: std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .unwrap(),
+                _dir: dir,
+                cursor: Mutex::new(GF_HALF),
+                room,
+                map: Arc::default(),
+                log: Arc::default(),
+                decline,
+                tokens: Arc::default(),
+            }
+        }
+        fn log(&self) -> Vec<String> {
+            std::mem::take(&mut *self.log.lock().unwrap())
+        }
+    }
+
+    struct GroupFileGuard {
+        file: std::fs::File,
+        at: u64,
+        writes: Vec<(u64, u64)>,
+        map: Arc<Mutex<std::collections::HashMap<u64, u64>>>,
+        log: Arc<Mutex<Vec<String>>>,
+        decline: bool,
+        tokens: Arc<std::sync::atomic::AtomicU64>,
+    }
+    impl crate::GroupGuard for GroupFileGuard {
+        fn complete(self: Box<Self>, parts: &[&[u8]]) -> Result<SyncToken, i32> {
+            let all = parts.concat();
+            assert!(
+                WriteFile::at(&self.file, self.at, all.len()) == all,
+                "completed before its data was written where it was placed"
+            );
+            let mut at = self.at;
+            let mut map = self.map.lock().unwrap();
+            for &(off, len) in &self.writes {
+                for b in (0..len).step_by(4096) {
+                    map.insert(off + b, at + b);
+                }
+                at += len;
+            }
+            let offs: Vec<u64> = self.writes.iter().map(|w| w.0).collect();
+            self.log.lock().unwrap().push(format!("complete {offs:?}"));
+            Ok(SyncToken(self.tokens.fetch_add(1, Ordering::Relaxed) + 1))
+        }
+        fn try_complete(
+            self: Box<Self>,
+            parts: &[&[u8]],
+        ) -> Result<Result<SyncToken, i32>, Box<dyn crate::GroupGuard + Send>> {
+            if self.decline {
+                let mut g = self;
+                g.decline = false;
+                return Err(g);
+            }
+            Ok(self.complete(parts))
+        }
+    }
+
+    impl BlockTarget for GroupFile {
+        fn capacity(&self) -> u64 {
+            GF_HALF
+        }
+        fn chunk_size(&self) -> u64 {
+            FT_CHUNK
+        }
+        fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), i32> {
+            let map = self.map.lock().unwrap();
+            for (i, b) in buf.chunks_mut(4096).enumerate() {
+                match map.get(&(offset + i as u64 * 4096)) {
+                    Some(&at) => b.copy_from_slice(&WriteFile::at(&self.file, at, 4096)),
+                    None => b.fill(0),
+                }
+            }
+            Ok(())
+        }
+        fn write(&self, offset: u64, buf: &[u8], _: bool) -> Result<(), i32> {
+            use std::os::unix::fs::FileExt;
+            let at = {
+                let mut c = self.cursor.lock().unwrap();
+                *c += buf.len() as u64;
+                *c - buf.len() as u64
+            };
+            self.file.write_all_at(buf, at).map_err(|_| libc::EIO)?;
+            let mut map = self.map.lock().unwrap();
+            for b in (0..buf.len() as u64).step_by(4096) {
+                map.insert(offset + b, at + b);
+            }
+            self.log.lock().unwrap().push(format!("pool {offset}"));
+            Ok(())
+        }
+        fn sync(&self, t: SyncToken) -> Result<(), i32> {
+            if t.0 != 0 {
+                self.log.lock().unwrap().push(format!("sync {}", t.0));
+            }
+            Ok(())
+        }
+        fn discard(&self, _: u64, _: u64) -> Result<(), i32> {
+            Ok(())
+        }
+        fn write_zeroes(&self, _: u64, _: u64) -> Result<(), i32> {
+            Ok(())
+        }
+        fn flush(&self) -> Result<(), i32> {
+            Ok(())
+        }
+        fn read_fd(&self) -> Option<std::os::fd::RawFd> {
+            use std::os::fd::AsRawFd;
+            Some(self.file.as_raw_fd())
+        }
+        fn groups_writes(&self) -> bool {
+            true
+        }
+        fn plan_write_group(&self, writes: &[(u64, u64)]) -> Option<crate::GroupPlan> {
+            let mut cursor = self.cursor.lock().unwrap();
+            let (mut placed, mut taken, mut total) = (Vec::new(), Vec::new(), 0);
+            for (i, &(off, len)) in writes.iter().enumerate() {
+                if total + len <= self.room {
+                    placed.push(i);
+                    taken.push((off, len));
+                    total += len;
+                }
+            }
+            if placed.is_empty() {
+                return None;
+            }
+            let at = *cursor;
+            *cursor += total;
+            Some(crate::GroupPlan {
+                device_offset: at,
+                placed,
+                guard: Box::new(GroupFileGuard {
+                    file: self.file.try_clone().unwrap(),
+                    at,
+                    writes: taken,
+                    map: self.map.clone(),
+                    log: self.log.clone(),
+                    decline: self.decline,
+                    tokens: self.tokens.clone(),
+                }),
+            })
+        }
+        fn plan_sync(&self, t: SyncToken) -> Result<SyncPlan, i32> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("sync {} on the ring", t.0));
+            Ok(SyncPlan::Done)
+        }
+    }
+
+    /// The tags' writes `(offset, len, fill)` run together on one queue thread's executor
+    /// with `t` as target: their results, the ring, the pool's keys and the stats.
+    fn group_writes(
+        t: Arc<GroupFile>,
+        busy: &[u64],
+        fail_at: Option<u64>,
+        writes: &[(u64, u64, u8)],
+    ) -> (Vec<i32>, PreadRing, Vec<u64>, IoStatsSnapshot) {
+        let d = Arc::new(BusyKeys {
+            busy: Mutex::new(busy.to_vec()),
+            queued: Mutex::default(),
+        });
+        let sh = QueueShared {
+            target: t.clone(),
+            dispatch: d.clone(),
+            stats: Arc::new(IoStats::default()),
+            hop_free_reads: true,
+            hop_free_writes: true,
+            ring_flushes: false,
+        };
+        let ring = PreadRing {
+            fd: t.read_fd().unwrap(),
+            fail_at,
+            reads: 0.into(),
+            fsyncs: 0.into(),
+            gate: Default::default(),
+            groups: WriteGroups::default(),
+            writevs: 0.into(),
+        };
+        let exe = smol::LocalExecutor::new();
+        let tasks: Vec<_> = writes
+            .iter()
+            .map(|&(offset, len, fill)| {
+                let (sh, ring) = (&sh, &ring);
+                exe.spawn(async move {
+                    let c = Arc::new(TagCompletion::new(Arc::new(Kicker::new().unwrap())));
+                    let buf = filled(fill, len as usize);
+                    let w = Request::Write {
+                        offset,
+                        len,
+                        fua: false,
+                    };
+                    execute_with(w, &buf, &c, sh, Some(ring)).await
+                })
+            })
+            .collect();
+        let res = smol::block_on(exe.run(async {
+            let mut v = Vec::new();
+            for task in tasks {
+                v.push(task.await);
+            }
+            v
+        }));
+        drop(exe);
+        let queued = std::mem::take(&mut *d.queued.lock().unwrap());
+        (res, ring, queued, sh.stats.snapshot())
+    }
+
+    /// Every write reads back as written, through the target's map.
+    fn reads_back(t: &GroupFile, writes: &[(u64, u64, u8)]) {
+        for &(offset, len, fill) in writes {
+            let mut got = vec![0u8; len as usize];
+            t.read(offset, &mut got).unwrap();
+            assert!(got == vec![fill; len as usize], "write at {offset} lost");
+        }
+    }
+
+    /// The writes of a queue thread's tags that become ready together form one write
+    /// group: planned together, each plan's data written with one vectored write (two plans
+    /// here: a plan takes at most three blocks), recorded, then synced once on the ring; a
+    /// write whose chunk has work on the pool goes there, and nothing else does.
+    #[test]
+    fn tags_writes_form_a_group_with_one_vectored_write_per_plan() {
+        let t = Arc::new(GroupFile::new(3 * 4096, false));
+        let writes = [
+            (0, 4096, 1u8),
+            (FT_CHUNK, 8192, 2),
+            (2 * FT_CHUNK + 4096, 4096, 3),
+            (3 * FT_CHUNK, 4096, 4),
+            (5 * FT_CHUNK, 4096, 5),
+        ];
+        let (res, ring, queued, s) = group_writes(t.clone(), &[3], None, &writes);
+        assert_eq!(res, [4096, 8192, 4096, 4096, 4096]);
+        assert_eq!(ring.writevs.get(), 2, "one vectored write per plan");
+        assert_eq!(
+            t.log(),
+            [
+                format!("pool {}", 3 * FT_CHUNK),
+                format!("complete [0, {FT_CHUNK}]"),
+                format!("complete [{}, {}]", 2 * FT_CHUNK + 4096, 5 * FT_CHUNK),
+                "sync 1 on the ring".to_string(),
+                "sync 2 on the ring".to_string(),
+            ],
+            "the busy chunk's write on the pool; the others in two plans, synced after both"
+        );
+        assert_eq!(
+            queued,
+            [3],
+            "only the write of the busy chunk went to the pool"
+        );
+        assert_eq!((s.writes, s.hop_free_writes), (5, 4));
+        reads_back(&t, &writes);
+    }
+
+    /// A group whose vectored write fails records nothing: its writes are redone on the
+    /// pool (and read back); a group whose record would wait is completed and synced by
+    /// one pool job (the hand-off), after its data was written on the ring.
+    #[test]
+    fn a_failed_or_declined_group_finishes_on_the_pool() {
+        let t = Arc::new(GroupFile::new(16 * 4096, false));
+        let writes = [(0, 4096, 6u8), (FT_CHUNK, 4096, 7)];
+        let (res, ring, queued, s) = group_writes(t.clone(), &[], Some(GF_HALF), &writes);
+        assert_eq!(res, [4096, 4096]);
+        assert_eq!(ring.writevs.get(), 1);
+        let (mut log, mut queued) = (t.log(), queued);
+        log.sort();
+        queued.sort();
+        assert_eq!(log, ["pool 0".to_string(), format!("pool {FT_CHUNK}")]);
+        assert_eq!(queued, [0, 1]);
+        assert_eq!((s.hop_free_writes, s.hop_free_write_retries), (0, 2));
+        reads_back(&t, &writes);
+
+        let t = Arc::new(GroupFile::new(16 * 4096, true));
+        let writes = [
+            (0, 4096, 8u8),
+            (FT_CHUNK, 8192, 9),
+            (4 * FT_CHUNK, 4096, 10),
+        ];
+        let (res, ring, queued, s) = group_writes(t.clone(), &[], None, &writes);
+        assert_eq!(res, [4096, 8192, 4096]);
+        assert_eq!(ring.writevs.get(), 1);
+        assert_eq!(
+            t.log(),
+            [
+                format!("complete [0, {FT_CHUNK}, {}]", 4 * FT_CHUNK),
+                "sync 1".to_string()
+            ],
+            "completed and synced by the pool job"
+        );
+        assert_eq!(queued.len(), 1, "one hand-off job");
+        assert_eq!((s.hop_free_writes, s.hop_free_handoffs), (3, 1));
+        reads_back(&t, &writes);
     }
 }
