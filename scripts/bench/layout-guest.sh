@@ -9,7 +9,9 @@
 # issue's ratio. One line per job, the engine counters, fio JSON in $OUT (default
 # $VM_SCRATCH). Run it as a scenario:
 #   scripts/vm-test.sh scripts/bench/layout-guest.sh
-#   (ZONEDD_VM_LAYOUT_SECS=N for the random-write job, default 60; ZONEDD_VM_LAYOUT_ROUNDS,
+#   (ZONEDD_VM_LAYOUT_SECS=N for the random-write job, default 60, or ZONEDD_VM_LAYOUT_WRITES=N
+#   for N writes whatever they take, so that builds of different speed leave the same
+#   amount of scattered data for the reads; ZONEDD_VM_LAYOUT_ROUNDS,
 #   default 1; ZONEDD_VM_LAYOUT_LIST, default "log dm-zoned": the volumes of each round, where
 #   log:N is the log layout with N user frontiers, `format --user-frontiers N`; a trailing
 #   /pool serves the volume with ZONEDD_HOP_FREE_WRITES=0, every write through the pool, and
@@ -18,6 +20,8 @@
 #   the zonedd binary ZONEDD_VM_LAYOUT_BASE (a path the guest sees, e.g. another checkout's
 #   target/release/zonedd) instead of this one: a build against another in one boot, and
 #   /unbound served with `create --pool unbound --max-active 32` instead of the default pool;
+#   `floor` is the ublk floor, `create --backend mem:1536M` (each request copied to memory on
+#   its queue thread, no device, no engine): what any ublk server gets in this boot;
 #   ZONEDD_VM_LAYOUT_DEVICE=hdd puts them on the hdd timing model instead of null_blk;
 #   ZONEDD_VM_LAYOUT_SETTLE_CAP, default 600 s: after the reads, wait until the engine's
 #   GC / reclaim / compaction counters stop changing for 15 s, at most that long, and read
@@ -29,6 +33,7 @@ source "$(dirname "$0")/../../tests/vm/lib/devices.sh"
 Z=$(zonedd_bin)
 modprobe ublk_drv
 secs=${ZONEDD_VM_LAYOUT_SECS:-60}
+writes=${ZONEDD_VM_LAYOUT_WRITES:-}
 rounds=${ZONEDD_VM_LAYOUT_ROUNDS:-1}
 list=${ZONEDD_VM_LAYOUT_LIST:-log dm-zoned}
 out=${OUT:-$VM_SCRATCH}
@@ -60,6 +65,12 @@ print("%.0f IOPS, %.1f MB/s, p50 %.0f us, p99 %.0f us, max %.0f us" % (d["iops"]
       c["percentile"]["50.000000"] / 1e3, c["percentile"]["99.000000"] / 1e3, c["max"] / 1e3))' "$1" "$2"
 }
 
+gc_copied() { # gc_copied ID: blocks the engine has copied so far (GC, reclaim, compaction)
+    "$Z" status "$1" --json | python3 -c 'import json,sys
+e = json.load(sys.stdin).get("engine") or {}
+print(sum(e.get(k, 0) for k in ["gc_blocks_copied", "reclaim_blocks_copied", "compact_blocks"]))'
+}
+
 run() { # run NAME LAYOUT[:USER_FRONTIERS][/pool|/ring|/poolreads|/base|/unbound]
     local name=$1 v=${2%/*} layout res bdev id f how=() env=() Z=$Z pool=()
     layout=${v%%:*}
@@ -74,17 +85,28 @@ run() { # run NAME LAYOUT[:USER_FRONTIERS][/pool|/ring|/poolreads|/base|/unbound
         [ -x "$Z" ] || vm_fail "ZONEDD_VM_LAYOUT_BASE: $Z is not an executable"
         ;;
     esac
-    "$Z" format --backend "$nb" --force --layout "$layout" "${how[@]}" >/dev/null
-    res=$(env "${env[@]}" "$Z" create --backend "$nb" --queues 2 --depth 64 "${pool[@]}")
+    local backend=$nb
+    if [ "$layout" = floor ]; then
+        backend=mem:1536M
+    else
+        "$Z" format --backend "$nb" --force --layout "$layout" "${how[@]}" >/dev/null
+    fi
+    res=$(env "${env[@]}" "$Z" create --backend "$backend" --queues 2 --depth 64 "${pool[@]}")
     bdev=$(sed -n 1p <<<"$res")
     id=$(sed -n 's/^id //p' <<<"$res")
     fio --name=fill --filename="$bdev" --direct=1 --rw=write --bs=1M --iodepth=8 \
         --ioengine=libaio --size=1024M --eta=never --output=/dev/null
     f=$out/$name-randwrite.json
+    local how_long=(--runtime="$secs" --time_based) what="${secs} s"
+    if [ -n "$writes" ]; then
+        how_long=(--number_ios="$writes") what="$writes writes"
+    fi
     fio --name="$name" --filename="$bdev" --direct=1 --rw=randwrite --bs=4k --iodepth=16 \
-        --ioengine=libaio --size=1024M --runtime="$secs" --time_based --randseed=3 \
+        --ioengine=libaio --size=1024M "${how_long[@]}" --randseed=3 \
         --eta=never --output-format=json --output="$f" >/dev/null
-    echo "layout: $name randwrite QD16 (${secs} s): $(line "$f" write)"
+    echo "layout: $name randwrite QD16 ($what): $(line "$f" write)"
+    local gc0
+    gc0=$(gc_copied "$id")
     f=$out/$name-randread.json
     fio --name="$name" --filename="$bdev" --direct=1 --rw=randread --bs=4k --iodepth=16 \
         --ioengine=libaio --size=1024M --runtime=10 --time_based --randseed=4 \
@@ -97,7 +119,8 @@ run() { # run NAME LAYOUT[:USER_FRONTIERS][/pool|/ring|/poolreads|/base|/unbound
         --ioengine=libaio --size=1024M --runtime=30 --eta=never --output-format=json \
         --output="$f" >/dev/null
     echo "layout: $name seqread 1M: $(line "$f" read)"
-    if [ "$settle_cap" -gt 0 ]; then
+    echo "layout: $name blocks copied by GC / reclaim / compaction during the reads: $(($(gc_copied "$id") - gc0))"
+    if [ "$settle_cap" -gt 0 ] && [ "$layout" != floor ]; then
         # Until GC / reclaim and the log layout's idle compaction are done: the engine's
         # counters unchanged for 15 s (more than either layout's idle period), at most
         # settle_cap seconds; then the same sequential read again.
@@ -119,7 +142,7 @@ print([e.get(k) for k in ["zones_free", "gc_zones_freed", "gc_blocks_copied", "c
         echo "layout: $name seqread 1M after settling: $(line "$f" read)"
     fi
     "$Z" status "$id" --json >"$out/$name-status.json"
-    python3 -c 'import json,sys
+    [ "$layout" = floor ] || python3 -c 'import json,sys
 d = json.load(open(sys.argv[1]))
 e = d["engine"]
 e["hop_free_writes"] = d["frontend"]["hop_free_writes"]

@@ -615,6 +615,9 @@ fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
     let dev: Arc<dyn zbd::ZonedDevice> = Arc::from(open_volume(spec).map_err(|e| e.to_string())?);
     if dmz::lsl::is_log_layout(dev.as_ref()) {
         let mut opts = dmz::lsl::LogOptions::default();
+        if zbd::sysfs_rotational(Path::new(&spec.backend)) == Some(true) {
+            opts.gc_read_gap_blocks = dmz::lsl::GC_READ_GAP_ROTATIONAL;
+        }
         if let Some(m) = spec.index_memory_mib {
             opts.index_memory = m.min(MAX_INDEX_MEMORY_MIB) << 20;
         }

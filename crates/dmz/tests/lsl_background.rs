@@ -120,8 +120,9 @@ fn compaction_follows_scattered_reads() {
     assert!(before.iter().any(|&x| x > 100), "{before:?}");
     // A sequential read of the first two pages (64 blocks at a time: each read several
     // runs on the device) marks them, and only them.
+    // (Not counted here: the thread may compact page 0 before this thread looks, the idle
+    // period being shorter than the verify; the two pages compacted, and only they, below.)
     m.verify_range(&e, 0, 2 * 1020);
-    assert_eq!(e.stats().compact_marked_pages, 2);
     e.debug_wait_background();
     let s = e.stats();
     assert_eq!(e.background_phase(), Phase::Asleep, "{s:?}");

@@ -31,6 +31,10 @@ use super::{EngineError, LogEngine};
 /// 8: 1.5 to 7 valid per invalid) are all below it.
 const MAX_PACED_RATIO: f64 = super::zones::MAX_VICTIM_RATIO;
 
+/// The most blocks one of GC's device reads spans, gaps included (4 MiB): what it reads
+/// through is read into memory for nothing, so a span stays a few batches long.
+const GC_READ_SPAN_BLOCKS: u64 = 4 * IO_BATCH_BLOCKS as u64;
+
 /// A victim being emptied, or a page being compacted (`compact.rs`), owned by the state
 /// (`Meta::gc`): one at a time, so that no victim is chosen while copies into the GC
 /// frontier are not yet logged (such a zone's valid count does not show them).
@@ -579,26 +583,49 @@ impl LogEngine {
     }
 
     /// Read the blocks `batch` into `buf` (block i of `buf` from `batch[i]`), in device order:
-    /// a victim's blocks are in that order already (runs of consecutive blocks read at once);
-    /// a compacted page's lie anywhere, and a disk then sweeps once instead of seeking to
-    /// and fro.
+    /// a victim's blocks are in that order already where it was written sequentially; a
+    /// randomly written victim's (GC copies in logical order) and a compacted page's lie
+    /// anywhere, and a disk then sweeps once instead of seeking to and fro. Blocks at most
+    /// `gc_read_gap_blocks` apart are read with the gap between them in one device read (of
+    /// at most `GC_READ_SPAN_BLOCKS`): on a disk, reading a few blocks more costs less than a
+    /// rotation's wait for the next one.
     fn read_blocks(&self, batch: &[(Lba, Pba)], buf: &mut [u8]) -> Result<(), EngineError> {
         let mut order: Vec<usize> = (0..batch.len()).collect();
         order.sort_unstable_by_key(|&i| batch[i].1 .0);
+        let pba = |k: usize| batch[order[k]].1 .0 as u64;
+        let zone = |k: usize| self.layout.zone_of(batch[order[k]].1).0;
+        let gap = self.opts.gc_read_gap_blocks as u64;
+        let mut scratch = Vec::new();
         let mut k = 0;
         while k < order.len() {
-            // A run: consecutive on the device and in `buf`.
-            let i = order[k];
+            // A span: blocks `order[k..j]`, each at most `gap` blocks after the one before,
+            // all of one zone (what lies between two written blocks of a zone is written;
+            // past a zone's end may not be: its summary, another zone's write pointer).
             let mut j = k + 1;
             while j < order.len()
-                && order[j] == order[j - 1] + 1
-                && batch[order[j]].1 .0 == batch[order[j - 1]].1 .0 + 1
+                && pba(j) - pba(j - 1) <= gap + 1
+                && pba(j) - pba(k) < GC_READ_SPAN_BLOCKS
+                && zone(j) == zone(k)
             {
                 j += 1;
             }
-            let n = j - k;
-            let at = batch[i].1 .0 as u64 * BLOCK as u64;
-            self.dev(self.dev.read_at(&mut buf[i * BLOCK..(i + n) * BLOCK], at))?;
+            let at = pba(k) * BLOCK as u64;
+            let blocks = (pba(j - 1) - pba(k) + 1) as usize;
+            let i = order[k];
+            if blocks == j - k && order[k..j].windows(2).all(|w| w[1] == w[0] + 1) {
+                // Consecutive on the device and in `buf`: read in place.
+                self.dev(
+                    self.dev
+                        .read_at(&mut buf[i * BLOCK..(i + blocks) * BLOCK], at),
+                )?;
+            } else {
+                scratch.resize(blocks * BLOCK, 0);
+                self.dev(self.dev.read_at(&mut scratch, at))?;
+                for &i in &order[k..j] {
+                    let from = (batch[i].1 .0 as u64 - pba(k)) as usize * BLOCK;
+                    buf[i * BLOCK..(i + 1) * BLOCK].copy_from_slice(&scratch[from..from + BLOCK]);
+                }
+            }
             k = j;
         }
         Ok(())

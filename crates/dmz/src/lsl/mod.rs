@@ -78,6 +78,12 @@ pub struct LogOptions {
     /// Most blocks GC copies at once (one device read and write); paced GC pays its debt in
     /// such batches.
     pub gc_batch_blocks: u32,
+    /// GC reads two blocks of a batch with one device read when at most this many blocks
+    /// lie between them (read for nothing): 0 (the default) reads only consecutive blocks
+    /// together, as suits memory and flash; on a disk a few blocks more cost less than the
+    /// rotation a second read waits for (`zonedd create` takes `GC_READ_GAP_ROTATIONAL`
+    /// when sysfs says the device spins).
+    pub gc_read_gap_blocks: u32,
     /// Checkpoint when the current log half is this full (percent), or has no room.
     pub checkpoint_pct: u64,
     /// The background thread (`start_background`) also runs GC below this many free zones
@@ -99,6 +105,11 @@ pub struct LogOptions {
     pub index_memory: u64,
 }
 
+/// `LogOptions::gc_read_gap_blocks` on a spinning disk: 64 blocks (256 KiB) pass under the
+/// head in 1.0-1.7 ms at 150-250 MB/s, less than the 4.2 ms half rotation (7,200 rpm) a
+/// second read waits for on average.
+pub const GC_READ_GAP_ROTATIONAL: u32 = 64;
+
 impl Default for LogOptions {
     fn default() -> Self {
         LogOptions {
@@ -106,6 +117,7 @@ impl Default for LogOptions {
             gc_low_zones: 3,
             gc_reserve_zones: 1,
             gc_batch_blocks: IO_BATCH_BLOCKS,
+            gc_read_gap_blocks: 0,
             checkpoint_pct: 90,
             gc_high_zones: 12,
             idle_period: Duration::from_secs(2),

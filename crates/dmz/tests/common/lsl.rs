@@ -35,10 +35,13 @@ pub fn formatted_lsl(
 /// tests' small zones takes several batches and user writes land between them; the pages
 /// writes change are marked for compaction (`CompactOn::Writes`), so that the model and
 /// power-cut tests' compactions (`debug_compact`) find pages without reading them first
-/// (the compaction itself is the same whichever event marked its page).
+/// (the compaction itself is the same whichever event marked its page); GC reads through
+/// gaps of up to 2 blocks (`gc_read_gap_blocks`, a disk's setting), so that its reads are
+/// of both kinds: straight into the batch's buffer, and through a span.
 pub fn lsl_test_opts() -> LogOptions {
     LogOptions {
         gc_batch_blocks: 16,
+        gc_read_gap_blocks: 2,
         compact: CompactOn::Writes,
         ..LogOptions::default()
     }
