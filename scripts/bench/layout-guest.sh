@@ -15,7 +15,7 @@
 #   default 1; ZONEDD_VM_LAYOUT_LIST, default "log dm-zoned": the volumes of each round, where
 #   log:N is the log layout with N user frontiers, `format --user-frontiers N`; a trailing
 #   /pool serves the volume with ZONEDD_HOP_FREE_WRITES=0, every write through the pool, and
-#   /ring with ZONEDD_HOP_FREE_WRITES=1, hop-free writes on (the default since 2026-12-06),
+#   /ring with ZONEDD_HOP_FREE_WRITES=1, hop-free writes on (the log layout's default is off),
 #   /poolreads with ZONEDD_HOP_FREE_READS=0, every read through the pool, and /base with
 #   the zonedd binary ZONEDD_VM_LAYOUT_BASE (a path the guest sees, e.g. another checkout's
 #   target/release/zonedd) instead of this one: a build against another in one boot, and
