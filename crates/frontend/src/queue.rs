@@ -1430,6 +1430,21 @@ mod tests {
         writevs: std::cell::Cell<u32>,
     }
 
+    impl PreadRing {
+        /// A ring over `fd`; its I/O at byte `fail_at` fails (`FSYNC_FAILS`: its fsyncs).
+        fn new(fd: std::os::fd::RawFd, fail_at: Option<u64>) -> Self {
+            PreadRing {
+                fd,
+                fail_at,
+                reads: 0.into(),
+                fsyncs: 0.into(),
+                gate: Default::default(),
+                groups: WriteGroups::default(),
+                writevs: 0.into(),
+            }
+        }
+    }
+
     impl RingIo for PreadRing {
         type Fut = std::future::Ready<i32>;
         unsafe fn read(&self, ptr: *mut u8, len: u32, offset: u64) -> Self::Fut {
@@ -1509,15 +1524,7 @@ mod tests {
         let t = Arc::new(FileTarget::new());
         let d = Arc::new(Threads(Mutex::new(Vec::new())));
         let sh = file_shared(t.clone(), d.clone(), true);
-        let ring = PreadRing {
-            fd: t.read_fd().unwrap(),
-            fail_at: None,
-            reads: 0.into(),
-            fsyncs: 0.into(),
-            gate: Default::default(),
-            groups: WriteGroups::default(),
-            writevs: 0.into(),
-        };
+        let ring = PreadRing::new(t.read_fd().unwrap(), None);
         // Two pieces (a chunk end inside), zero blocks among them.
         read_via(&sh, &t, &ring, FT_CHUNK - 5 * 4096, 12 * 4096);
         read_via(&sh, &t, &ring, 2 * 4096, 4096);
@@ -1538,15 +1545,7 @@ mod tests {
         let d = Arc::new(Threads(Mutex::new(Vec::new())));
         let sh = file_shared(t.clone(), d.clone(), true);
         // A device read fails: the plans are dropped uncompleted, the pool redoes the read.
-        let ring = PreadRing {
-            fd: t.read_fd().unwrap(),
-            fail_at: Some(FT_CHUNK),
-            reads: 0.into(),
-            fsyncs: 0.into(),
-            gate: Default::default(),
-            groups: WriteGroups::default(),
-            writevs: 0.into(),
-        };
+        let ring = PreadRing::new(t.read_fd().unwrap(), Some(FT_CHUNK));
         read_via(&sh, &t, &ring, FT_CHUNK - 4 * 4096, 8 * 4096);
         let s = sh.stats.snapshot();
         assert_eq!(
@@ -1557,15 +1556,7 @@ mod tests {
         assert_eq!(*d.0.lock().unwrap(), vec![0, 1]);
         // No plan (the target could not have one at once): the pool, no ring read.
         t.plans.store(false, Ordering::Relaxed);
-        let ring = PreadRing {
-            fd: t.read_fd().unwrap(),
-            fail_at: None,
-            reads: 0.into(),
-            fsyncs: 0.into(),
-            gate: Default::default(),
-            groups: WriteGroups::default(),
-            writevs: 0.into(),
-        };
+        let ring = PreadRing::new(t.read_fd().unwrap(), None);
         read_via(&sh, &t, &ring, 3 * FT_CHUNK, 4096);
         assert_eq!(ring.reads.get(), 0);
         assert_eq!(sh.stats.snapshot().pool_reads, 2);
@@ -1877,15 +1868,7 @@ mod tests {
             hop_free_writes: hop_free,
             ring_flushes: hop_free,
         };
-        let ring = PreadRing {
-            fd: t.read_fd().unwrap(),
-            fail_at: None,
-            reads: 0.into(),
-            fsyncs: 0.into(),
-            gate: Default::default(),
-            groups: WriteGroups::default(),
-            writevs: 0.into(),
-        };
+        let ring = PreadRing::new(t.read_fd().unwrap(), None);
         (t, d, sh, ring)
     }
 
@@ -2578,15 +2561,7 @@ mod tests {
             hop_free_writes: true,
             ring_flushes: false,
         };
-        let ring = PreadRing {
-            fd: t.read_fd().unwrap(),
-            fail_at,
-            reads: 0.into(),
-            fsyncs: 0.into(),
-            gate: Default::default(),
-            groups: WriteGroups::default(),
-            writevs: 0.into(),
-        };
+        let ring = PreadRing::new(t.read_fd().unwrap(), fail_at);
         let exe = smol::LocalExecutor::new();
         let tasks: Vec<_> = writes
             .iter()
