@@ -102,6 +102,7 @@ const METRICS: &[Def] = &[
     Def("frontend_hop_free_writes", "Writes made on the queue thread's own ring.", C, At(&["frontend", "hop_free_writes"])),
     Def("frontend_hop_free_write_retries", "Hop-free writes that failed and were redone on the pool.", C, At(&["frontend", "hop_free_write_retries"])),
     Def("frontend_ring_flushes", "Flushes whose device I/O went on the queue thread's own ring.", C, At(&["frontend", "ring_flushes"])),
+    Def("frontend_ring_again", "Ring reads and writes the device turned away at once, redone elsewhere.", C, At(&["frontend", "ring_again"])),
     Def("pool_workers", "Worker threads alive.", G, At(&["pool", "workers"])),
     Def("pool_workers_spawned", "Worker threads spawned.", C, At(&["pool", "workers_spawned"])),
     Def("pool_jobs_queued", "Jobs queued on the worker pool.", C, At(&["pool", "jobs_queued"])),

@@ -55,7 +55,7 @@
 use crate::completion::{errno_or_eio, Kicker, TagCompletion};
 use crate::request::{decode, split, Request};
 use crate::write_group::write_grouped;
-pub use crate::write_group::WriteGroups;
+pub use crate::write_group::{WriteGroups, WriteLimit};
 use crate::{
     BlockTarget, Dispatch, FlushStep, Job, LogWriteGuard, ReadSegment, SyncPlan, SyncToken,
     WritePlan,
@@ -100,6 +100,11 @@ pub struct IoStats {
     pub hop_free_handoffs: AtomicU64,
     /// Flushes whose log writes and device flushes went on the queue thread's own ring.
     pub ring_flushes: AtomicU64,
+    /// Ring reads and writes that the device turned away at once (`EAGAIN`: its queue was
+    /// full, or it would have had to split the write): made `RWF_NOWAIT`, they are never
+    /// retried on an io_uring worker thread; their requests are redone on the pool (a log
+    /// block: rewritten on the ring, waiting this time). Not failures.
+    pub ring_again: AtomicU64,
 }
 
 #[derive(Debug, Serialize)]
@@ -122,6 +127,7 @@ pub struct IoStatsSnapshot {
     pub hop_free_write_retries: u64,
     pub hop_free_handoffs: u64,
     pub ring_flushes: u64,
+    pub ring_again: u64,
 }
 
 impl IoStats {
@@ -146,6 +152,7 @@ impl IoStats {
             hop_free_write_retries: g(&self.hop_free_write_retries),
             hop_free_handoffs: g(&self.hop_free_handoffs),
             ring_flushes: g(&self.ring_flushes),
+            ring_again: g(&self.ring_again),
         }
     }
     fn count(&self, req: &Request, pieces: u32) {
@@ -216,7 +223,11 @@ pub fn run_queue(qid: u16, dev: &UblkDev, shared: Arc<QueueShared>) {
     let hop_free = dev.tgt.nr_fds == 2;
     let exe = Rc::new(smol::LocalExecutor::new());
     let log_gate = Rc::new(smol::lock::Mutex::new(()));
-    let groups = Rc::new(WriteGroups::default());
+    let limit = match (hop_free, shared.target.read_fd()) {
+        (true, Some(fd)) => WriteLimit::of_fd(fd),
+        _ => WriteLimit::default(),
+    };
+    let groups = Rc::new(WriteGroups::new(limit));
     let mut tasks = Vec::new();
     for tag in q.tags() {
         let q = q.clone();
@@ -317,6 +328,14 @@ struct ThreadRing<'a> {
 
 /// Reads and writes a queue thread submits itself: on its own ring in the daemon
 /// ([`QueueRing`]), something simpler in tests.
+///
+/// `read`, `write` and `writev` never wait for the device's queue: on the daemon's ring
+/// they are `RWF_NOWAIT`, so that what the device cannot take at once (its queue full, a
+/// write it would split, a file that cannot do it without blocking) comes back as
+/// `-EAGAIN` instead of being retried on an io_uring worker thread (io-wq): each such
+/// retry is a thread hop, and the ring keeps its last io-wq worker for as long as it
+/// lives, waking every 5 s, so one retry would end the idle daemon's silence. Callers redo
+/// an `-EAGAIN` on the pool ([`HopFree::Again`]), or with [`RingIo::write_waiting`].
 pub trait RingIo {
     type Fut: Future<Output = i32>;
     /// Start reading `len` bytes at byte `offset` of the target's read fd into `ptr`; the
@@ -340,6 +359,16 @@ pub trait RingIo {
     /// `iov[..n]` and every buffer it names must stay allocated, and the buffers not be
     /// written by anyone, until the returned future has completed.
     unsafe fn writev(&self, iov: *const libc::iovec, n: u32, offset: u64) -> Self::Fut;
+    /// As [`RingIo::write`], but one the device may make wait (on the daemon's ring, an
+    /// `EAGAIN` is retried on an io-wq worker): for the log blocks whose write the device
+    /// turned away once, which have no pool to go to.
+    ///
+    /// # Safety
+    /// As for [`RingIo::write`].
+    unsafe fn write_waiting(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut {
+        // SAFETY: the caller keeps `write`'s contract.
+        unsafe { self.write(ptr, len, offset) }
+    }
     /// Start an `fdatasync` of the target's fd; the future gives 0 or a negative errno.
     fn fsync(&self) -> Self::Fut;
     /// The queue thread's one gate around the target's log writer: held by a tag while its
@@ -364,6 +393,7 @@ impl RingIo for QueueRing<'_, '_> {
     unsafe fn read(&self, ptr: *mut u8, len: u32, offset: u64) -> Self::Fut {
         let sqe = opcode::Read::new(types::Fixed(1), ptr, len)
             .offset(offset)
+            .rw_flags(libc::RWF_NOWAIT)
             .build();
         // The SQE is queued now and submitted by the queue's event loop; the future wakes
         // at its CQE (libublk marks it a target I/O in user_data).
@@ -372,12 +402,20 @@ impl RingIo for QueueRing<'_, '_> {
     unsafe fn write(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut {
         let sqe = opcode::Write::new(types::Fixed(1), ptr, len)
             .offset(offset)
+            .rw_flags(libc::RWF_NOWAIT)
+            .build();
+        self.q.ublk_submit_sqe(sqe)
+    }
+    unsafe fn write_waiting(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut {
+        let sqe = opcode::Write::new(types::Fixed(1), ptr, len)
+            .offset(offset)
             .build();
         self.q.ublk_submit_sqe(sqe)
     }
     unsafe fn writev(&self, iov: *const libc::iovec, n: u32, offset: u64) -> Self::Fut {
         let sqe = opcode::Writev::new(types::Fixed(1), iov, n)
             .offset(offset)
+            .rw_flags(libc::RWF_NOWAIT)
             .build();
         self.q.ublk_submit_sqe(sqe)
     }
@@ -575,6 +613,9 @@ pub(crate) enum HopFree {
     /// A device read or write failed or came up short; every one has ended, the plans are
     /// dropped (nothing recorded).
     Failed,
+    /// As `Failed`, but only because the device turned I/O away at once (`-EAGAIN`, see
+    /// [`RingIo`]): nothing of it was done, and it is no failure.
+    Again,
 }
 
 impl HopFree {
@@ -589,9 +630,35 @@ impl HopFree {
                 retried.fetch_add(1, Ordering::Relaxed);
                 None
             }
-            HopFree::NoPlan => None,
+            HopFree::NoPlan | HopFree::Again => None,
         }
     }
+}
+
+/// `None` when every ring read or write of a batch did what it should (`(result, wanted)`
+/// each); otherwise how the batch went wrong: [`HopFree::Again`] when the device only
+/// turned some away at once (`-EAGAIN`, each counted in `ring_again`), else
+/// [`HopFree::Failed`].
+pub(crate) fn shortfall(results: &[(i32, u64)], stats: &IoStats, what: &str) -> Option<HopFree> {
+    let bad: Vec<i32> = results
+        .iter()
+        .filter(|&&(res, want)| i64::from(res) != want as i64)
+        .map(|&(res, _)| res)
+        .collect();
+    if bad.is_empty() {
+        return None;
+    }
+    let again = bad.iter().filter(|&&res| res == -libc::EAGAIN).count();
+    stats.ring_again.fetch_add(again as u64, Ordering::Relaxed);
+    tracing::debug!(
+        "hop-free {what}: {} of {} ring I/Os came back {bad:?}; redone on the pool",
+        bad.len(),
+        results.len()
+    );
+    Some(match again == bad.len() {
+        true => HopFree::Again,
+        false => HopFree::Failed,
+    })
 }
 
 /// A read without a pool hop: the target plans every piece at once (`plan_read` never
@@ -656,18 +723,12 @@ async fn read_hop_free<R: RingIo>(
             }
         }
     }
-    let mut ok = true;
+    let mut results = Vec::with_capacity(reads.len());
     for (read, len) in reads {
-        let res = read.await;
-        if res != len as i32 {
-            if ok {
-                tracing::debug!("hop-free read of {len} bytes: {res}; retrying on the pool");
-            }
-            ok = false;
-        }
+        results.push((read.await, u64::from(len)));
     }
-    if !ok {
-        return HopFree::Failed;
+    if let Some(h) = shortfall(&results, &shared.stats, "read") {
+        return h;
     }
     for (_, plan) in plans {
         plan.guard.complete();
@@ -744,21 +805,12 @@ async fn write_hop_free<R: RingIo>(
             )
         })
         .collect();
-    let mut ok = true;
+    let mut results = Vec::with_capacity(writes.len());
     for (write, (r, _)) in writes.into_iter().zip(&plans) {
-        let res = write.await;
-        if res != r.len() as i32 {
-            if ok {
-                tracing::debug!(
-                    "hop-free write of {} bytes: {res}; retrying on the pool",
-                    r.len()
-                );
-            }
-            ok = false;
-        }
+        results.push((write.await, r.len() as u64));
     }
-    if !ok {
-        return HopFree::Failed;
+    if let Some(h) = shortfall(&results, &shared.stats, "write") {
+        return h;
     }
     let mut tokens = Vec::with_capacity(plans.len());
     let mut later = Vec::new();
@@ -929,7 +981,7 @@ async fn sync_on_ring<R: RingIo>(
         SyncPlan::Busy => return Ok(false),
         SyncPlan::Write(log) => log,
     };
-    write_log(ring, log).await.map(|()| true)
+    write_log(ring, log, &shared.stats).await.map(|()| true)
 }
 
 /// A flush on this thread, behind its log gate (never while this thread's own log write is
@@ -952,7 +1004,7 @@ async fn flush<R: RingIo>(ring: Option<&R>, shared: &QueueShared) -> Result<(), 
     shared.stats.ring_flushes.fetch_add(1, Ordering::Relaxed);
     loop {
         match plan.step()? {
-            FlushStep::Log(log) => write_log(ring, log).await?,
+            FlushStep::Log(log) => write_log(ring, log, &shared.stats).await?,
             FlushStep::Device => {
                 let res = ring.fsync().await;
                 plan.device_flushed(if res < 0 { Err(-res) } else { Ok(()) })?;
@@ -963,7 +1015,11 @@ async fn flush<R: RingIo>(ring: Option<&R>, shared: &QueueShared) -> Result<(), 
 }
 
 /// Write a target's log blocks on `ring`, then complete the log write with the result.
-async fn write_log<R: RingIo>(ring: &R, log: Box<dyn LogWriteGuard>) -> Result<(), i32> {
+async fn write_log<R: RingIo>(
+    ring: &R,
+    log: Box<dyn LogWriteGuard>,
+    stats: &IoStats,
+) -> Result<(), i32> {
     // A 4096-aligned copy of the blocks (the fd may be O_DIRECT).
     let (buf, offsets) = {
         let blocks = log.blocks();
@@ -990,8 +1046,16 @@ async fn write_log<R: RingIo>(ring: &R, log: Box<dyn LogWriteGuard>) -> Result<(
         })
         .collect();
     let mut result = Ok(());
-    for (write, &(_, n)) in writes.into_iter().zip(&offsets) {
-        let res = write.await;
+    for (i, (write, &(off, n))) in writes.into_iter().zip(&offsets).enumerate() {
+        let mut res = write.await;
+        if res == -libc::EAGAIN {
+            // Turned away at once (see `RingIo`): a log block has no pool to go to, so
+            // this once it is written waiting for the device.
+            stats.ring_again.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: as above.
+            res = unsafe { ring.write_waiting(buf.as_slice()[i * 4096..].as_ptr(), n as u32, off) }
+                .await;
+        }
         if res != n as i32 && result.is_ok() {
             result = Err(if res < 0 { -res } else { libc::EIO });
         }
@@ -1415,19 +1479,22 @@ mod tests {
     }
 
     /// "Ring" reads and writes done at once with pread and pwrite; one at `fail_at` fails
-    /// with EIO.
+    /// with `errno` (EIO unless [`PreadRing::failing_with`]), except a `write_waiting`.
     /// `PreadRing::fail_at` for a ring whose fsync fails.
     const FSYNC_FAILS: u64 = u64::MAX;
 
     struct PreadRing {
         fd: std::os::fd::RawFd,
         fail_at: Option<u64>,
+        errno: i32,
         reads: std::cell::Cell<u32>,
         fsyncs: std::cell::Cell<u32>,
         gate: smol::lock::Mutex<()>,
         groups: WriteGroups,
         /// Vectored writes made (write groups).
         writevs: std::cell::Cell<u32>,
+        /// Writes made with `write_waiting`.
+        waited: std::cell::Cell<u32>,
     }
 
     impl PreadRing {
@@ -1436,11 +1503,26 @@ mod tests {
             PreadRing {
                 fd,
                 fail_at,
+                errno: libc::EIO,
                 reads: 0.into(),
                 fsyncs: 0.into(),
                 gate: Default::default(),
                 groups: WriteGroups::default(),
                 writevs: 0.into(),
+                waited: 0.into(),
+            }
+        }
+
+        /// The I/O at `fail_at` fails with `errno` (EAGAIN: as a device that turns it away).
+        fn failing_with(self, errno: i32) -> Self {
+            PreadRing { errno, ..self }
+        }
+
+        /// Its write groups carry at most `limit` in one vectored write.
+        fn limited(self, limit: WriteLimit) -> Self {
+            PreadRing {
+                groups: WriteGroups::new(limit),
+                ..self
             }
         }
     }
@@ -1450,7 +1532,7 @@ mod tests {
         unsafe fn read(&self, ptr: *mut u8, len: u32, offset: u64) -> Self::Fut {
             self.reads.set(self.reads.get() + 1);
             if self.fail_at == Some(offset) {
-                return std::future::ready(-libc::EIO);
+                return std::future::ready(-self.errno);
             }
             // SAFETY: the caller guarantees `ptr..ptr + len` is valid and ours until the
             // future completes (it is complete when returned).
@@ -1459,16 +1541,22 @@ mod tests {
         }
         unsafe fn write(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut {
             if self.fail_at == Some(offset) {
-                return std::future::ready(-libc::EIO);
+                return std::future::ready(-self.errno);
             }
             // SAFETY: as for `read`: `ptr..ptr + len` is valid until the future completes.
+            let n = unsafe { libc::pwrite(self.fd, ptr.cast(), len as usize, offset as i64) };
+            std::future::ready(if n < 0 { -libc::EIO } else { n as i32 })
+        }
+        unsafe fn write_waiting(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut {
+            self.waited.set(self.waited.get() + 1);
+            // SAFETY: as for `write`.
             let n = unsafe { libc::pwrite(self.fd, ptr.cast(), len as usize, offset as i64) };
             std::future::ready(if n < 0 { -libc::EIO } else { n as i32 })
         }
         unsafe fn writev(&self, iov: *const libc::iovec, n: u32, offset: u64) -> Self::Fut {
             self.writevs.set(self.writevs.get() + 1);
             if self.fail_at == Some(offset) {
-                return std::future::ready(-libc::EIO);
+                return std::future::ready(-self.errno);
             }
             // SAFETY: the caller guarantees `iov[..n]` and its buffers are valid until the
             // future completes (it is complete when returned).
@@ -2546,7 +2634,7 @@ mod tests {
     fn group_writes(
         t: Arc<GroupFile>,
         busy: &[u64],
-        fail_at: Option<u64>,
+        ring: PreadRing,
         writes: &[(u64, u64, u8)],
     ) -> (Vec<i32>, PreadRing, Vec<u64>, IoStatsSnapshot) {
         let d = Arc::new(BusyKeys {
@@ -2561,7 +2649,6 @@ mod tests {
             hop_free_writes: true,
             ring_flushes: false,
         };
-        let ring = PreadRing::new(t.read_fd().unwrap(), fail_at);
         let exe = smol::LocalExecutor::new();
         let tasks: Vec<_> = writes
             .iter()
@@ -2591,6 +2678,11 @@ mod tests {
         (res, ring, queued, sh.stats.snapshot())
     }
 
+    /// A ring over `t`'s file, failing at `fail_at`.
+    fn ring_over(t: &GroupFile, fail_at: Option<u64>) -> PreadRing {
+        PreadRing::new(t.read_fd().unwrap(), fail_at)
+    }
+
     /// Every write reads back as written, through the target's map.
     fn reads_back(t: &GroupFile, writes: &[(u64, u64, u8)]) {
         for &(offset, len, fill) in writes {
@@ -2614,7 +2706,7 @@ mod tests {
             (3 * FT_CHUNK, 4096, 4),
             (5 * FT_CHUNK, 4096, 5),
         ];
-        let (res, ring, queued, s) = group_writes(t.clone(), &[3], None, &writes);
+        let (res, ring, queued, s) = group_writes(t.clone(), &[3], ring_over(&t, None), &writes);
         assert_eq!(res, [4096, 8192, 4096, 4096, 4096]);
         assert_eq!(ring.writevs.get(), 2, "one vectored write per plan");
         assert_eq!(
@@ -2644,7 +2736,8 @@ mod tests {
     fn a_failed_or_declined_group_finishes_on_the_pool() {
         let t = Arc::new(GroupFile::new(16 * 4096, false));
         let writes = [(0, 4096, 6u8), (FT_CHUNK, 4096, 7)];
-        let (res, ring, queued, s) = group_writes(t.clone(), &[], Some(GF_HALF), &writes);
+        let (res, ring, queued, s) =
+            group_writes(t.clone(), &[], ring_over(&t, Some(GF_HALF)), &writes);
         assert_eq!(res, [4096, 4096]);
         assert_eq!(ring.writevs.get(), 1);
         let (mut log, mut queued) = (t.log(), queued);
@@ -2661,7 +2754,7 @@ mod tests {
             (FT_CHUNK, 8192, 9),
             (4 * FT_CHUNK, 4096, 10),
         ];
-        let (res, ring, queued, s) = group_writes(t.clone(), &[], None, &writes);
+        let (res, ring, queued, s) = group_writes(t.clone(), &[], ring_over(&t, None), &writes);
         assert_eq!(res, [4096, 8192, 4096]);
         assert_eq!(ring.writevs.get(), 1);
         assert_eq!(
@@ -2675,5 +2768,138 @@ mod tests {
         assert_eq!(queued.len(), 1, "one hand-off job");
         assert_eq!((s.hop_free_writes, s.hop_free_handoffs), (3, 1));
         reads_back(&t, &writes);
+    }
+
+    /// A group whose vectored write the device turns away (`-EAGAIN`: its queue full, or a
+    /// write it would split) is no failure: its writes are redone on the pool, counted in
+    /// `ring_again`, not in the retries, and read back.
+    #[test]
+    fn a_group_turned_away_goes_to_the_pool_without_failing() {
+        let t = Arc::new(GroupFile::new(16 * 4096, false));
+        let writes = [(0, 4096, 11u8), (FT_CHUNK, 8192, 12)];
+        let ring = ring_over(&t, Some(GF_HALF)).failing_with(libc::EAGAIN);
+        let (res, ring, mut queued, s) = group_writes(t.clone(), &[], ring, &writes);
+        assert_eq!(res, [4096, 8192]);
+        assert_eq!(ring.writevs.get(), 1);
+        queued.sort();
+        assert_eq!(queued, [0, 1], "both redone on the pool");
+        assert_eq!(
+            (s.hop_free_writes, s.hop_free_write_retries, s.ring_again),
+            (0, 0, 1)
+        );
+        reads_back(&t, &writes);
+    }
+
+    /// A group offers the target no more than one vectored write may carry: by pages
+    /// (each may be a segment) and by bytes; the rest go in further plans.
+    #[test]
+    fn a_group_carries_no_more_than_one_write_may() {
+        let writes = [
+            (0, 4096, 13u8),
+            (FT_CHUNK, 4096, 14),
+            (2 * FT_CHUNK, 4096, 15),
+            (3 * FT_CHUNK, 8192, 16),
+            (4 * FT_CHUNK, 4096, 17),
+        ];
+        for (limit, plans) in [
+            (
+                WriteLimit {
+                    pages: 2,
+                    bytes: 1 << 20,
+                },
+                4,
+            ),
+            (
+                WriteLimit {
+                    pages: 256,
+                    bytes: 8192,
+                },
+                4,
+            ),
+            (
+                WriteLimit {
+                    pages: 256,
+                    bytes: 12288,
+                },
+                2,
+            ),
+            (WriteLimit::default(), 1),
+        ] {
+            let t = Arc::new(GroupFile::new(16 * 4096, false));
+            let ring = ring_over(&t, None).limited(limit);
+            let (res, ring, queued, s) = group_writes(t.clone(), &[], ring, &writes);
+            assert_eq!(res, [4096, 4096, 4096, 8192, 4096]);
+            assert_eq!(ring.writevs.get(), plans, "{limit:?}");
+            assert!(queued.is_empty(), "nothing on the pool ({limit:?})");
+            assert_eq!(s.hop_free_writes, 5);
+            reads_back(&t, &writes);
+        }
+    }
+
+    /// Pages are counted as the buffers span them: an unaligned buffer spans one more.
+    #[test]
+    fn a_write_limit_counts_the_pages_buffers_span() {
+        let l = WriteLimit {
+            pages: 4,
+            bytes: 1 << 20,
+        };
+        assert_eq!(
+            l.fits([(0, 4096), (8192, 4096), (16384, 8192)].into_iter()),
+            3
+        );
+        assert_eq!(l.fits([(512, 4096), (8192 + 512, 4096)].into_iter()), 2);
+        assert_eq!(
+            l.fits([(512, 4096), (8192 + 512, 4096), (0, 4096)].into_iter()),
+            2
+        );
+        assert_eq!(
+            l.fits([(0, 1 << 20), (0, 4096)].into_iter()),
+            1,
+            "one at least"
+        );
+        // A file (not a block device): one bio's worth.
+        let f = tempfile::tempfile().unwrap();
+        use std::os::fd::AsRawFd;
+        assert_eq!(WriteLimit::of_fd(f.as_raw_fd()), WriteLimit::default());
+    }
+
+    /// A read the device turns away goes to the pool, counted in `ring_again` and not as a
+    /// retry; a log block it turns away is written again, waiting, and the write is
+    /// acknowledged with its log on the device.
+    #[test]
+    fn what_the_device_turns_away_is_redone_not_failed() {
+        let t = Arc::new(FileTarget::new());
+        let d = Arc::new(Threads(Mutex::new(Vec::new())));
+        let sh = file_shared(t.clone(), d.clone(), true);
+        let ring = PreadRing::new(t.read_fd().unwrap(), Some(FT_CHUNK)).failing_with(libc::EAGAIN);
+        read_via(&sh, &t, &ring, FT_CHUNK - 4 * 4096, 8 * 4096);
+        let s = sh.stats.snapshot();
+        assert_eq!(
+            (
+                s.hop_free_reads,
+                s.hop_free_retries,
+                s.pool_reads,
+                s.ring_again
+            ),
+            (0, 0, 1, 1)
+        );
+        assert_eq!(*d.0.lock().unwrap(), vec![0, 1], "both pieces on the pool");
+
+        let (t, d, sh, ring) = write_setup(true);
+        let ring = PreadRing {
+            fail_at: Some(LOG_OFF),
+            ..ring
+        }
+        .failing_with(libc::EAGAIN);
+        write_via(&sh, &ring, 4096, 4096, 0xc3, false);
+        assert_eq!(ring.waited.get(), 1, "the log block written again, waiting");
+        assert_eq!(WriteFile::at(&t.file, LOG_OFF, 4096), vec![1; 4096]);
+        assert_eq!(WriteFile::at(&t.file, 4096, 4096), vec![0xc3; 4096]);
+        let s = sh.stats.snapshot();
+        assert_eq!(
+            (s.hop_free_writes, s.hop_free_write_retries, s.ring_again),
+            (1, 0, 1)
+        );
+        assert!(d.queued.lock().unwrap().is_empty(), "nothing on the pool");
     }
 }

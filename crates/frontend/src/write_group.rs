@@ -20,13 +20,97 @@ use std::sync::Arc;
 use libublk::helpers::IoBuf;
 
 use crate::completion::TagCompletion;
-use crate::queue::{sync_tokens, Held, HopFree, QueueShared, RingIo};
+use crate::queue::{shortfall, sync_tokens, Held, HopFree, QueueShared, RingIo};
 use crate::{GroupGuard, GroupPlan};
 
 /// The group forming on one queue thread (each ring has one: [`RingIo::write_groups`]).
 #[derive(Default)]
 pub struct WriteGroups {
     forming: RefCell<Vec<Member>>,
+    limit: WriteLimit,
+}
+
+impl WriteGroups {
+    /// No group's vectored write goes beyond `limit`.
+    pub fn new(limit: WriteLimit) -> Self {
+        WriteGroups {
+            forming: RefCell::default(),
+            limit,
+        }
+    }
+}
+
+/// How much one vectored write may carry for the block layer to take it as it is: one bio,
+/// not split. A write it would split, or need a second bio for, comes back `-EAGAIN` from a
+/// `RWF_NOWAIT` ring write (see [`crate::queue::RingIo`]) and goes to the pool, so a group
+/// asks the target to place no more than this at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteLimit {
+    /// Pages the buffers span (each may be a segment of its own): at most `BIO_MAX_VECS`
+    /// and the queue's `max_segments`.
+    pub pages: u64,
+    /// Bytes: the queue's `max_sectors_kb`.
+    pub bytes: u64,
+}
+
+/// `BIO_MAX_VECS`: the most pages one bio holds.
+const BIO_PAGES: u64 = 256;
+const PAGE: u64 = 4096;
+
+impl Default for WriteLimit {
+    /// One bio's worth: for a file, or a device whose queue limits cannot be read.
+    fn default() -> Self {
+        WriteLimit {
+            pages: BIO_PAGES,
+            bytes: BIO_PAGES * PAGE,
+        }
+    }
+}
+
+impl WriteLimit {
+    /// The limit of writes to `fd`: for a block device, its queue's `max_segments` and
+    /// `max_sectors_kb` (sysfs; a partition's are its disk's) within one bio; otherwise
+    /// one bio's worth.
+    pub fn of_fd(fd: std::os::fd::RawFd) -> Self {
+        let one_bio = WriteLimit::default();
+        let Ok(st) = nix::sys::stat::fstat(fd) else {
+            return one_bio;
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFBLK {
+            return one_bio;
+        }
+        let (major, minor) = (libc::major(st.st_rdev), libc::minor(st.st_rdev));
+        let dir = format!("/sys/dev/block/{major}:{minor}");
+        let read = |name: &str| -> Option<u64> {
+            ["queue", "../queue"].iter().find_map(|q| {
+                std::fs::read_to_string(format!("{dir}/{q}/{name}"))
+                    .ok()?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+        };
+        WriteLimit {
+            pages: read("max_segments").map_or(BIO_PAGES, |n| n.clamp(1, BIO_PAGES)),
+            bytes: read("max_sectors_kb").map_or(one_bio.bytes, |kb| (kb * 1024).max(PAGE)),
+        }
+    }
+
+    /// How many of `writes` (`(buffer address, length)`, in order), from the first, one
+    /// vectored write may carry; at least one (a write alone that is too big comes back
+    /// `-EAGAIN` and goes to the pool).
+    pub(crate) fn fits(&self, writes: impl Iterator<Item = (usize, u64)>) -> usize {
+        let (mut pages, mut bytes, mut n) = (0, 0, 0);
+        for (addr, len) in writes {
+            pages += (addr as u64 % PAGE + len).div_ceil(PAGE);
+            bytes += len;
+            if n > 0 && (pages > self.pages || bytes > self.bytes) {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
 }
 
 /// A tag's write in a group: its range, its buffer (the data is `buf[..len]`), and where
@@ -98,8 +182,8 @@ async fn run<R: RingIo>(
     shared: &QueueShared,
     held: &mut Held<'_>,
 ) {
-    let plans = plan_all(&members, shared);
-    let written = write_all(ring, &members, plans).await;
+    let plans = plan_all(&members, shared, ring.write_groups().limit);
+    let written = write_all(ring, &members, plans, shared).await;
     let mut tokens = Vec::new();
     let mut later: Vec<(Box<dyn GroupGuard + Send>, Vec<usize>)> = Vec::new();
     let mut synced_members = Vec::new();
@@ -147,13 +231,17 @@ async fn run<R: RingIo>(
     }
 }
 
-/// Plans for the members, as many as the target gives; the members left out get
-/// `NoPlan` at once.
-fn plan_all(members: &[Member], shared: &QueueShared) -> Vec<Planned> {
+/// Plans for the members, as many as the target gives, each offered no more members than
+/// one vectored write may carry (`limit`); the members left out get `NoPlan` at once.
+fn plan_all(members: &[Member], shared: &QueueShared, limit: WriteLimit) -> Vec<Planned> {
     let mut rest: Vec<usize> = (0..members.len()).collect();
     let mut plans = Vec::new();
     while !rest.is_empty() {
-        let asked: Vec<(u64, u64)> = rest
+        let n = limit.fits(
+            rest.iter()
+                .map(|&i| (members[i].buf.as_slice().as_ptr() as usize, members[i].len)),
+        );
+        let asked: Vec<(u64, u64)> = rest[..n]
             .iter()
             .map(|&i| (members[i].offset, members[i].len))
             .collect();
@@ -177,9 +265,15 @@ fn plan_all(members: &[Member], shared: &QueueShared) -> Vec<Planned> {
 }
 
 /// Write each plan's data with one vectored write, all in flight together. The plans
-/// whose write failed or came up short are dropped (they record nothing) before their
-/// members hear `Failed` (the pool redoes those writes); the others come back.
-async fn write_all<R: RingIo>(ring: &R, members: &[Member], plans: Vec<Planned>) -> Vec<Planned> {
+/// whose write failed, came up short or was turned away are dropped (they record nothing)
+/// before their members hear `Failed` or `Again` (the pool redoes those writes); the
+/// others come back.
+async fn write_all<R: RingIo>(
+    ring: &R,
+    members: &[Member],
+    plans: Vec<Planned>,
+    shared: &QueueShared,
+) -> Vec<Planned> {
     let iovs: Vec<Vec<libc::iovec>> = plans
         .iter()
         .map(|p| {
@@ -207,19 +301,17 @@ async fn write_all<R: RingIo>(ring: &R, members: &[Member], plans: Vec<Planned>)
     let mut ok = Vec::new();
     for (w, p) in writes.into_iter().zip(plans) {
         let want: u64 = p.members.iter().map(|&i| members[i].len).sum();
-        let res = w.await;
-        if res as i64 == want as i64 {
+        let Some(outcome) = shortfall(&[(w.await, want)], &shared.stats, "write group") else {
             ok.push(p);
             continue;
-        }
-        tracing::debug!("write group of {want} bytes: {res}; retrying on the pool");
+        };
         let Planned {
             plan,
             members: placed,
         } = p;
         drop(plan);
         for i in placed {
-            members[i].finish(HopFree::Failed);
+            members[i].finish(outcome);
         }
     }
     ok
