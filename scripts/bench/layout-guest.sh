@@ -15,7 +15,7 @@
 #   default 1; ZONEDD_VM_LAYOUT_LIST, default "log dm-zoned": the volumes of each round, where
 #   log:N is the log layout with N user frontiers, `format --user-frontiers N`; a trailing
 #   /pool serves the volume with ZONEDD_HOP_FREE_WRITES=0, every write through the pool, and
-#   /ring with ZONEDD_HOP_FREE_WRITES=1, hop-free writes on (the log layout's default is off),
+#   /ring with ZONEDD_HOP_FREE_WRITES=1 (hop-free writes on: the default on both layouts now),
 #   /poolreads with ZONEDD_HOP_FREE_READS=0, every read through the pool, and /base with
 #   the zonedd binary ZONEDD_VM_LAYOUT_BASE (a path the guest sees, e.g. another checkout's
 #   target/release/zonedd) instead of this one: a build against another in one boot, and
@@ -147,13 +147,13 @@ d = json.load(open(sys.argv[1]))
 e = d["engine"]
 e["hop_free_writes"] = d["frontend"]["hop_free_writes"]
 e["writes"] = d["frontend"]["writes"]
-for k in ["hop_free_handoffs", "hop_free_reads", "pool_reads"]:
+for k in ["hop_free_handoffs", "hop_free_reads", "pool_reads", "ring_again"]:
     e[k] = d["frontend"].get(k, 0)
 keys = ["write_amplification", "gc_blocks_copied", "gc_zones_freed", "gc_paced_batches",
         "compact_pages", "compact_blocks", "compact_skipped_pages", "background_wakeups",
         "gc_forced_victims", "reclaim_blocks_copied", "reclaim_zones", "log_blocks_written",
         "index_resident_bytes", "hop_free_writes", "hop_free_handoffs", "writes",
-        "hop_free_reads", "pool_reads", "planned_writes", "planned_groups"]
+        "hop_free_reads", "pool_reads", "planned_writes", "planned_groups", "ring_again"]
 print("layout: %s: " % sys.argv[2] + ", ".join("%s %s" % (k, e[k]) for k in keys if k in e))' \
         "$out/$name-status.json" "$name"
     "$Z" delete "$id" >/dev/null

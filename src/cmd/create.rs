@@ -419,7 +419,7 @@ impl BlockTarget for EngineTarget {
     fn read_fd(&self) -> Option<std::os::fd::RawFd> {
         // The ring reads it with plain offsets into caller buffers: an O_DIRECT source
         // needs aligned ones, which the tag buffers (4096-aligned) and 4 KiB segments are.
-        self.0.read_source().map(|s| s.fd)
+        ring_fd(self.0.read_source())
     }
     fn plan_read(&self, offset: u64, len: u64) -> Option<frontend::ReadPlan> {
         let plan = self.0.plan_read(offset, len)?;
@@ -560,24 +560,31 @@ fn hop_free_reads() -> bool {
     )
 }
 
-/// Hop-free writes (docs/design.md, "Hop-free writes") are on for the v2 layout and off
-/// for the log layout unless the daemon's environment says otherwise:
-/// `ZONEDD_HOP_FREE_WRITES=0` sends every write through the pool, `=1` (anything else)
-/// makes them on either layout. On the log layout they run in write groups and measured
-/// 2.0-2.1x the pool path's random-write IOPS on the memory device, 1.12-1.19x on the hdd
-/// model (docs/PERFORMANCE.md, "Write groups on the log layout"), but their writes into
-/// sequential zones are punted to io_uring's io-wq workers at times (6.12: `EAGAIN` from
-/// the zone's write plug), and the last worker of each ring wakes every 5 s for good: an
-/// idle daemon would not sleep (the VM's `idle-quiet`). Off until that is solved.
-fn hop_free_writes(layout: &str) -> bool {
+/// The fd of `source` for the queue threads' rings ([`frontend::BlockTarget::read_fd`]):
+/// only an `O_DIRECT` one (a zoned block device). An emulated image is a buffered file,
+/// whose reads (on tmpfs) and writes (on tmpfs and ext4 alike) 6.12's io_uring cannot
+/// issue without blocking: `RWF_NOWAIT` would turn them all away, and without it each one
+/// runs on an io-wq worker thread (a hop, and a thread that wakes every 5 s once idle).
+/// Its requests go through the pool instead.
+pub(super) fn ring_fd(source: Option<zbd::ReadSource>) -> Option<std::os::fd::RawFd> {
+    source.filter(|s| s.direct).map(|s| s.fd)
+}
+
+/// Hop-free writes (docs/design.md, "Hop-free writes") are on for both layouts (on the log
+/// layout in write groups: 2.0-2.1x the pool path's random-write IOPS on the memory device,
+/// 1.12-1.19x on the hdd model with GC running; docs/PERFORMANCE.md, "Write groups on the
+/// log layout") unless the daemon's environment says otherwise: `ZONEDD_HOP_FREE_WRITES=0`
+/// sends every write through the pool. Their ring writes are `RWF_NOWAIT` (what the device
+/// cannot take at once goes to the pool, never to an io-wq worker thread that would keep
+/// an idle daemon awake: docs/design.md, "Never on io-wq").
+fn hop_free_writes() -> bool {
     let var = "ZONEDD_HOP_FREE_WRITES";
     match std::env::var(var) {
         Ok(v) if v == "0" => {
             tracing::info!("hop-free writes off: every write goes through the pool ({var}=0)");
             false
         }
-        Ok(_) => true,
-        Err(_) => layout != super::log_target::LAYOUT,
+        _ => true,
     }
 }
 
@@ -752,7 +759,7 @@ fn daemon_body(
         }),
         stats: io_stats.clone(),
         hop_free_reads: hop_free_reads(),
-        hop_free_writes: hop_free_writes(opened.layout),
+        hop_free_writes: hop_free_writes(),
         ring_flushes: ring_flushes(),
     });
     let engine_stats = opened.stats;

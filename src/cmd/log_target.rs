@@ -68,9 +68,9 @@ impl BlockTarget for LogTarget {
         self.0.sync(token.0).map_err(errno)
     }
     fn read_fd(&self) -> Option<std::os::fd::RawFd> {
-        // Registered as the queue rings' fixed file 1: planned reads on any read source,
-        // planned writes and log writes only where `source` allows them.
-        self.0.read_source().map(|s| s.fd)
+        // Registered as the queue rings' fixed file 1 when O_DIRECT (`ring_fd`): planned
+        // reads, and planned writes and log writes where `source` allows them too.
+        super::create::ring_fd(self.0.read_source())
     }
     fn plan_read(&self, offset: u64, len: u64) -> Option<frontend::ReadPlan> {
         let plan = self.0.plan_read(offset, len)?;

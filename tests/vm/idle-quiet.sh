@@ -4,10 +4,13 @@
 # committed, none of zonedd's threads makes a context switch over a 60 s window (voluntary
 # or not: a thread that never wakes cannot be preempted either, so a loaded host changes
 # nothing), and no io_uring worker thread (`iou-wrk-*`) exists. The ublk queue threads wait
-# on their ring without a timeout (frontend::queue). Both layouts, one after the other: on
-# the log layout, once its background thread has compacted what it has marked (by default the
-# pages reads found scattered) and sleeps (docs/design.md, "Log layout": it has no timer then).
-# vm-timeout: 600
+# on their ring without a timeout (frontend::queue), and the reads and writes they make on
+# it are RWF_NOWAIT, never handed to an io-wq worker (docs/design.md, "Never on io-wq").
+# Both layouts on null_blk (the log layout with its write groups), then the v2 layout on an
+# emulated image (the default backend kind, served through the pool). On the log layout,
+# once its background thread has compacted what it has marked (by default the pages reads
+# found scattered) and sleeps (docs/design.md, "Log layout": it has no timer then).
+# vm-timeout: 900
 set -euo pipefail
 source "$(dirname "$0")/lib/devices.sh"
 Z=$(zonedd_bin)
@@ -15,12 +18,17 @@ modprobe ublk_drv
 
 window=${ZONEDD_IDLE_WINDOW:-60}
 
-quiet() { # quiet LAYOUT: create, work, settle, measure, delete
-    local layout=$1 dev out bdev id pid s i fail tid comm n0 n1 d
-    echo "== layout $layout"
+quiet() { # quiet LAYOUT [image]: create (on null_blk, or an emulated image), work, settle, measure, delete
+    local layout=$1 kind=${2:-null_blk} dev out bdev id pid s i fail tid comm n0 n1 d
+    echo "== layout $layout on $kind"
     # The log layout keeps five frontiers and three zones out of the capacity: smaller zones,
     # so that the 128 MiB the work below covers fits.
-    if [ "$layout" = log ]; then dev=$(make_nullb nullb0 512 16 8); else dev=$(make_nullb nullb0 512 32 4); fi
+    if [ "$kind" = image ]; then
+        # The daemon's default backend kind: a buffered file, served through the pool (its
+        # reads and writes would go to io_uring worker threads on the rings).
+        dev=$VM_SCRATCH/idle.img
+        "$Z" emulate "$dev" --size 512M --zone-size 32M --conventional 4 --force >/dev/null
+    elif [ "$layout" = log ]; then dev=$(make_nullb nullb0 512 16 8); else dev=$(make_nullb nullb0 512 32 4); fi
     "$Z" format --backend "$dev" --force --layout "$layout" >/dev/null
     out=$("$Z" create --backend "$dev" --queues 2 --depth 32)
     bdev=$(sed -n 1p <<<"$out")
@@ -87,14 +95,15 @@ while read -r tid comm n1; do
         ;;
     esac
 done <"$VM_SCRATCH/idle.1"
-((fail == 0)) || vm_fail "the idle daemon is not quiet ($layout layout)"
+((fail == 0)) || vm_fail "the idle daemon is not quiet ($layout layout on $kind)"
 [ "$layout" = log ] || jq -e '.engine.metadata_dirty | not' <<<"$(status)" >/dev/null ||
     vm_fail "metadata dirty again"
 "$Z" delete "$id" >/dev/null
 trap - EXIT
-remove_nullb "$dev"
+if [ "$kind" = image ]; then rm -f "$dev"; else remove_nullb "$dev"; fi
 }
 
 quiet dm-zoned
 quiet log
+quiet dm-zoned image
 echo "idle-quiet: ok"

@@ -119,9 +119,9 @@ print("log layout: %d user blocks written, %d GC blocks copied, %d zones freed, 
 echo "ok: xfs on the log layout ($(wc -l <"$VM_SCRATCH/sums") files verified)"
 
 vm_step "delete, create again: the volume reopens with the files"
-# With hop-free writes, which the log layout leaves off by default (the first daemon served
-# xfs through the pool; this one serves the random writes and the kill -9 below on the rings).
-read -r bdev id <<<"$(create ZONEDD_HOP_FREE_WRITES=1)"
+# Hop-free writes in write groups (the default), as for xfs above: the random writes and
+# the kill -9 below.
+read -r bdev id <<<"$(create)"
 mount "$bdev" "$mnt"
 sums "$mnt" | cmp - "$VM_SCRATCH/sums" || vm_fail "checksums differ after delete + create"
 umount "$mnt"
