@@ -4,6 +4,10 @@
 #   floor:    zonedd's in-memory target (`--backend mem:1536M`), served on the queue threads
 #             (no pool, no eventfd, no device): the ublk round trip alone on this kernel;
 #   zonedd:   zonedd on a null_blk zoned device (1.5 GiB, 64 MiB zones, 8 conventional);
+#   log:      zonedd's log layout (`format --layout log`) on a null_blk zoned device of 1.5 GiB
+#             with 16 MiB zones, 8 conventional (with 64 MiB zones the frontiers and spare
+#             zones it keeps out would leave less than the jobs' 832 MiB); not in the default
+#             order: ZONEDD_VM_REQUEST_PATH_LOG=1 adds it after zonedd;
 #   dm-zoned: the kernel's dm-zoned on the same format of the same device;
 #   raw:      the null_blk device itself (sequential writes with fio's zonemode=zbd, reads).
 # Jobs, in this order on each:
@@ -36,6 +40,7 @@ only_jobs=${ZONEDD_VM_REQUEST_PATH_JOBS:-}
 only_targets=${ZONEDD_VM_REQUEST_PATH_TARGETS:-}
 [ -z "$base" ] || [ -x "$base" ] || vm_fail "ZONEDD_VM_REQUEST_PATH_BASE: $base is not an executable"
 rounds=${ZONEDD_VM_REQUEST_PATH_ROUNDS:-2}
+with_log=${ZONEDD_VM_REQUEST_PATH_LOG:-}
 out=${OUT:-$VM_SCRATCH}
 mkdir -p "$out"
 nb=$(make_nullb nullb0 1536 64 8)
@@ -88,10 +93,11 @@ counters() { # counters NAME ID
     "$Z" status "$2" --json | python3 -c 'import json,sys
 d = json.load(sys.stdin)
 f, e = d["frontend"], d.get("engine") or {}
-print("request-path: %s: reads %d (hop-free %d, pool %d), writes %d (hop-free %d, retried %d), flushes %d (on the ring %s), log blocks %s, proof flushes %s" % (
+print("request-path: %s: reads %d (hop-free %d, pool %d), writes %d (hop-free %d, retried %d), flushes %d (on the ring %s), log blocks %s, proof flushes %s, device flushes %s, turned away %s" % (
     sys.argv[1], f["reads"], f["hop_free_reads"], f["pool_reads"], f["writes"],
     f["hop_free_writes"], f["hop_free_write_retries"], f["flushes"], f.get("ring_flushes", "-"),
-    e.get("log_block_writes", "-"), e.get("proof_flushes", "-")))' "$1"
+    e.get("log_block_writes", e.get("log_blocks_written", "-")), e.get("proof_flushes", "-"),
+    e.get("device_flushes", "-"), f.get("ring_again", "-")))' "$1"
 }
 
 wanted() { # wanted JOB: in ZONEDD_VM_REQUEST_PATH_JOBS (seqwrite: when a read job is)
@@ -103,14 +109,21 @@ wanted() { # wanted JOB: in ZONEDD_VM_REQUEST_PATH_JOBS (seqwrite: when a read j
     return 1
 }
 
-run() { # run NAME floor|zonedd|base|dm-zoned|raw
+run() { # run NAME floor|zonedd|log|base|dm-zoned|raw
     local name=$1 kind=$2 res dev id="" nr k jobs=(seqwrite randread-qd1 randread-qd16 randwrite fsync)
     local Z=$Z
     [ "$kind" != base ] || Z=$base
+    if [ "$kind" = log ]; then
+        remove_nullb "$nb"
+        nb=$(make_nullb nullb0 1536 16 8)
+    fi
     case $kind in
-    floor | zonedd | base)
+    floor | zonedd | base | log)
         local backend=mem:1536M
-        if [ "$kind" != floor ]; then
+        if [ "$kind" = log ]; then
+            "$Z" format --backend "$nb" --force --layout log >/dev/null
+            backend=$nb
+        elif [ "$kind" != floor ]; then
             "$Z" format --backend "$nb" --force --reserved-seq 2 >/dev/null
             backend=$nb
         fi
@@ -137,15 +150,19 @@ run() { # run NAME floor|zonedd|base|dm-zoned|raw
         job "$name" "$dev" "$k" "$([ "$kind" = raw ] && echo raw)"
     done
     case $kind in
-    floor | zonedd | base)
+    floor | zonedd | base | log)
         counters "$name" "$id"
         "$Z" delete "$id" >/dev/null
         ;;
     dm-zoned) dmsetup remove "$dm_name" ;;
     esac
+    if [ "$kind" = log ]; then
+        remove_nullb "$nb"
+        nb=$(make_nullb nullb0 1536 64 8)
+    fi
 }
 
-order=(floor zonedd ${base:+base} dm-zoned raw)
+order=(floor zonedd ${with_log:+log} ${base:+base} dm-zoned raw)
 for ((round = 1; round <= rounds; round++)); do
     # Even rounds in reverse order: no target always runs first on a fresh null_blk.
     if ((round % 2 == 0)); then
@@ -180,7 +197,7 @@ print("request-path: medians (range) per target")
 for j, i, unit in [("seqwrite", 1, "MB/s"), ("randread-qd1", 0, "IOPS"), ("randread-qd16", 0, "IOPS"),
                    ("randwrite", 0, "IOPS"), ("fsync", 4, "fsync p50 us"), ("fsync", 5, "fsync p99 us")]:
     cells = []
-    for t in ["floor", "zonedd", "base", "dm-zoned", "raw"]:
+    for t in ["floor", "zonedd", "log", "base", "dm-zoned", "raw"]:
         m = med(t, j, i)
         if m is not None:
             cells.append("%s %.0f (%s)" % (t, m, spread(t, j, i)))
@@ -195,5 +212,9 @@ for j, i, what in [("randread-qd1", 0, "IOPS"), ("randread-qd16", 0, "IOPS"), ("
         j, what, ratio("zonedd", "floor", j, i), ratio("zonedd", "dm-zoned", j, i),
         ratio("floor", "dm-zoned", j, i), ratio("zonedd", "raw", j, i), ratio("floor", "raw", j, i),
         ratio("zonedd", "base", j, i)))
+    if med("log", j, i) is not None:
+        print("request-path: %s %s: log/floor %s, log/dm-zoned %s, log/raw %s, log/zonedd %s" % (
+            j, what, ratio("log", "floor", j, i), ratio("log", "dm-zoned", j, i),
+            ratio("log", "raw", j, i), ratio("log", "zonedd", j, i)))
 EOF
 echo "request-path: done"

@@ -17,6 +17,7 @@ pub mod daemon;
 pub mod device;
 pub mod error;
 pub mod features;
+pub mod io_limit;
 pub mod mem;
 pub mod queue;
 pub mod raw_file;

@@ -53,9 +53,10 @@
 //! write per plan.
 
 use crate::completion::{errno_or_eio, Kicker, TagCompletion};
+pub use crate::io_limit::IoLimit;
 use crate::request::{decode, split, Request};
 use crate::write_group::write_grouped;
-pub use crate::write_group::{WriteGroups, WriteLimit};
+pub use crate::write_group::WriteGroups;
 use crate::{
     BlockTarget, Dispatch, FlushStep, Job, LogWriteGuard, ReadSegment, SyncPlan, SyncToken,
     WritePlan,
@@ -103,7 +104,7 @@ pub struct IoStats {
     /// Ring reads and writes that the device turned away at once (`EAGAIN`: its queue was
     /// full, or it would have had to split the write): made `RWF_NOWAIT`, they are never
     /// retried on an io_uring worker thread; their requests are redone on the pool (a log
-    /// block: rewritten on the ring, waiting this time). Not failures.
+    /// block: written by the queue thread with a blocking pwrite). Not failures.
     pub ring_again: AtomicU64,
 }
 
@@ -224,10 +225,10 @@ pub fn run_queue(qid: u16, dev: &UblkDev, shared: Arc<QueueShared>) {
     let exe = Rc::new(smol::LocalExecutor::new());
     let log_gate = Rc::new(smol::lock::Mutex::new(()));
     let limit = match (hop_free, shared.target.read_fd()) {
-        (true, Some(fd)) => WriteLimit::of_fd(fd),
-        _ => WriteLimit::default(),
+        (true, Some(fd)) => IoLimit::of_fd(fd),
+        _ => IoLimit::default(),
     };
-    let groups = Rc::new(WriteGroups::new(limit));
+    let groups = Rc::new(WriteGroups::default());
     let mut tasks = Vec::new();
     for tag in q.tags() {
         let q = q.clone();
@@ -239,6 +240,7 @@ pub fn run_queue(qid: u16, dev: &UblkDev, shared: Arc<QueueShared>) {
             let thread = ThreadRing {
                 log_gate: &gate,
                 groups: &groups,
+                limit,
             };
             match tag_loop(&q, tag, buf_len, &shared, kicker, hop_free, thread).await {
                 Err(UblkError::QueueIsDown) | Ok(()) => {}
@@ -294,8 +296,10 @@ async fn tag_loop(
 ) -> Result<(), UblkError> {
     let ring = QueueRing {
         q,
+        fd: shared.target.read_fd().unwrap_or(-1),
         log_gate: thread.log_gate,
         groups: thread.groups,
+        limit: thread.limit,
     };
     let ring = hop_free.then_some(&ring);
     let buf = Arc::new(IoBuf::<u8>::new(buf_len));
@@ -324,6 +328,7 @@ async fn tag_loop(
 struct ThreadRing<'a> {
     log_gate: &'a smol::lock::Mutex<()>,
     groups: &'a WriteGroups,
+    limit: IoLimit,
 }
 
 /// Reads and writes a queue thread submits itself: on its own ring in the daemon
@@ -335,7 +340,7 @@ struct ThreadRing<'a> {
 /// `-EAGAIN` instead of being retried on an io_uring worker thread (io-wq): each such
 /// retry is a thread hop, and the ring keeps its last io-wq worker for as long as it
 /// lives, waking every 5 s, so one retry would end the idle daemon's silence. Callers redo
-/// an `-EAGAIN` on the pool ([`HopFree::Again`]), or with [`RingIo::write_waiting`].
+/// an `-EAGAIN` on the pool ([`HopFree::Again`]), or with [`RingIo::write_blocking`].
 pub trait RingIo {
     type Fut: Future<Output = i32>;
     /// Start reading `len` bytes at byte `offset` of the target's read fd into `ptr`; the
@@ -359,16 +364,14 @@ pub trait RingIo {
     /// `iov[..n]` and every buffer it names must stay allocated, and the buffers not be
     /// written by anyone, until the returned future has completed.
     unsafe fn writev(&self, iov: *const libc::iovec, n: u32, offset: u64) -> Self::Fut;
-    /// As [`RingIo::write`], but one the device may make wait (on the daemon's ring, an
-    /// `EAGAIN` is retried on an io-wq worker): for the log blocks whose write the device
-    /// turned away once, which have no pool to go to.
+    /// Write `len` bytes from `ptr` at byte `offset` of the target's fd with a blocking
+    /// `pwrite` on this thread: the bytes written or a negative errno. For the log blocks
+    /// whose ring write the device turned away (`-EAGAIN`), which have no pool to go to: a
+    /// ring write without `RWF_NOWAIT` would wait on an io-wq worker, which then stays.
     ///
     /// # Safety
-    /// As for [`RingIo::write`].
-    unsafe fn write_waiting(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut {
-        // SAFETY: the caller keeps `write`'s contract.
-        unsafe { self.write(ptr, len, offset) }
-    }
+    /// `ptr..ptr + len` must be valid for reads for the call.
+    unsafe fn write_blocking(&self, ptr: *const u8, len: u32, offset: u64) -> i32;
     /// Start an `fdatasync` of the target's fd; the future gives 0 or a negative errno.
     fn fsync(&self) -> Self::Fut;
     /// The queue thread's one gate around the target's log writer: held by a tag while its
@@ -378,12 +381,17 @@ pub trait RingIo {
     fn log_gate(&self) -> &smol::lock::Mutex<()>;
     /// The queue thread's forming write group ([`crate::write_group`]).
     fn write_groups(&self) -> &WriteGroups;
+    /// What one read or write may carry without the device turning it away.
+    fn limit(&self) -> IoLimit;
 }
 
 /// The queue thread's own io_uring (libublk's per-thread queue ring), the target's read fd
 /// registered as its fixed file 1, and the thread's log gate.
 pub struct QueueRing<'a, 'q> {
     q: &'a UblkQueue<'q>,
+    /// The target's fd (fixed file 1), for [`RingIo::write_blocking`].
+    fd: std::os::fd::RawFd,
+    limit: IoLimit,
     log_gate: &'a smol::lock::Mutex<()>,
     groups: &'a WriteGroups,
 }
@@ -406,11 +414,10 @@ impl RingIo for QueueRing<'_, '_> {
             .build();
         self.q.ublk_submit_sqe(sqe)
     }
-    unsafe fn write_waiting(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut {
-        let sqe = opcode::Write::new(types::Fixed(1), ptr, len)
-            .offset(offset)
-            .build();
-        self.q.ublk_submit_sqe(sqe)
+    unsafe fn write_blocking(&self, ptr: *const u8, len: u32, offset: u64) -> i32 {
+        // SAFETY: the caller guarantees `ptr..ptr + len` is valid for reads; `fd` is the
+        // target's, open while the target lives, which outlives the queues.
+        pwrite(self.fd, ptr, len, offset)
     }
     unsafe fn writev(&self, iov: *const libc::iovec, n: u32, offset: u64) -> Self::Fut {
         let sqe = opcode::Writev::new(types::Fixed(1), iov, n)
@@ -431,6 +438,24 @@ impl RingIo for QueueRing<'_, '_> {
     fn write_groups(&self) -> &WriteGroups {
         self.groups
     }
+    fn limit(&self) -> IoLimit {
+        self.limit
+    }
+}
+
+/// A blocking `pwrite` of `ptr[..len]` at `offset` of `fd`: the bytes written or a
+/// negative errno.
+fn pwrite(fd: std::os::fd::RawFd, ptr: *const u8, len: u32, offset: u64) -> i32 {
+    // SAFETY: the callers (`RingIo::write_blocking`) guarantee `ptr..ptr + len` is valid
+    // for reads; pwrite reads nothing else.
+    let n = unsafe { libc::pwrite(fd, ptr.cast(), len as usize, offset as i64) };
+    if n < 0 {
+        -std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
+    } else {
+        n as i32
+    }
 }
 
 /// A ring that is never used (the type for [`execute`], which has none).
@@ -447,6 +472,9 @@ impl RingIo for NoRing {
     unsafe fn writev(&self, _: *const libc::iovec, _: u32, _: u64) -> Self::Fut {
         match *self {}
     }
+    unsafe fn write_blocking(&self, _: *const u8, _: u32, _: u64) -> i32 {
+        match *self {}
+    }
     fn fsync(&self) -> Self::Fut {
         match *self {}
     }
@@ -454,6 +482,9 @@ impl RingIo for NoRing {
         match *self {}
     }
     fn write_groups(&self) -> &WriteGroups {
+        match *self {}
+    }
+    fn limit(&self) -> IoLimit {
         match *self {}
     }
 }
@@ -695,7 +726,10 @@ async fn read_hop_free<R: RingIo>(
         }
         plans.push((p.buf_offset as usize, plan));
     }
-    let mut reads = Vec::new();
+    // The device reads: (place in the buffer, length, device offset), each no more than
+    // the device takes whole (`IoLimit`: a longer one would come back -EAGAIN).
+    let mut todo: Vec<(usize, u32, u64)> = Vec::new();
+    let piece = ring.limit().piece();
     for (start, plan) in &plans {
         let mut pos = *start;
         for s in &plan.segments {
@@ -709,26 +743,48 @@ async fn read_hop_free<R: RingIo>(
                     pos += len as usize;
                 }
                 ReadSegment::Device { offset, len } => {
-                    // SAFETY: the range is inside the buffer and disjoint from every other
-                    // segment (as above); `buf` (the tag's `Arc<IoBuf>`) outlives this
-                    // function, and every future in `reads` is awaited below before it
-                    // returns, so the memory stays allocated and untouched by anyone else
-                    // until the kernel has finished writing it (the CQE).
-                    reads.push((
-                        unsafe { ring.read(buf.as_mut_ptr().add(pos), len, offset) },
-                        len,
-                    ));
+                    for at in (0..u64::from(len)).step_by(piece as usize) {
+                        let n = piece.min(u64::from(len) - at) as u32;
+                        todo.push((pos + at as usize, n, offset + at));
+                    }
                     pos += len as usize;
                 }
             }
         }
     }
-    let mut results = Vec::with_capacity(reads.len());
-    for (read, len) in reads {
-        results.push((read.await, u64::from(len)));
-    }
-    if let Some(h) = shortfall(&results, &shared.stats, "read") {
-        return h;
+    // All in flight together. Those the device turns away (its queue full: a read of
+    // scattered blocks has one per block) go again once the others are in, as long as some
+    // got through: then tags were free and are again.
+    loop {
+        // SAFETY: each range is inside the buffer and disjoint from every other (as
+        // above); `buf` (the tag's `Arc<IoBuf>`) outlives this function, and every future
+        // is awaited below before the next round or the return, so the memory stays
+        // allocated and untouched by anyone else until the kernel has finished writing
+        // it (the CQE).
+        let reads: Vec<_> = todo
+            .iter()
+            .map(|&(pos, n, off)| unsafe { ring.read(buf.as_mut_ptr().add(pos), n, off) })
+            .collect();
+        let mut results = Vec::with_capacity(reads.len());
+        for (read, &(_, n, _)) in reads.into_iter().zip(&todo) {
+            results.push((read.await, u64::from(n)));
+        }
+        match shortfall(&results, &shared.stats, "read") {
+            None => break,
+            Some(HopFree::Again) => {
+                let before = todo.len();
+                todo = todo
+                    .into_iter()
+                    .zip(&results)
+                    .filter(|(_, &(res, _))| res == -libc::EAGAIN)
+                    .map(|(r, _)| r)
+                    .collect();
+                if todo.len() == before {
+                    return HopFree::Again;
+                }
+            }
+            Some(h) => return h,
+        }
     }
     for (_, plan) in plans {
         plan.guard.complete();
@@ -758,20 +814,30 @@ async fn write_hop_free<R: RingIo>(
         hold: shared.target.plans_hold_chunks(),
     };
     let pieces: Vec<_> = split(offset, len, shared.target.chunk_size()).collect();
-    if let [p] = pieces[..] {
-        if shared.target.groups_writes() {
-            if !held.take(p.chunk) {
-                return HopFree::NoPlan;
-            }
-            return write_grouped(ring, offset, len, buf, completion, shared, &mut held).await;
-        }
-    }
-    let mut plans: Vec<(std::ops::Range<usize>, WritePlan)> = Vec::new();
-    for p in pieces {
+    if shared.target.groups_writes() {
+        // Its plans append at open zones, whose write pointers a dropped plan rewinds: a
+        // write in one piece, which the device takes all or nothing when it turns it away
+        // (one bio, `IoLimit`), only. Of two pieces, one could land and the other be
+        // turned away, and the zone would then be ahead of what its frontier says.
+        let [p] = pieces[..] else {
+            return HopFree::NoPlan;
+        };
         if !held.take(p.chunk) {
             return HopFree::NoPlan;
         }
+        return write_grouped(ring, offset, len, buf, completion, shared, &mut held).await;
+    }
+    let mut plans: Vec<(std::ops::Range<usize>, WritePlan)> = Vec::new();
+    for p in pieces {
         let start = p.buf_offset as usize;
+        let at = buf.as_slice()[start..].as_ptr() as usize;
+        if ring.limit().fits(std::iter::once((at, p.len))) == 0 {
+            // More than the device takes in one write: it would turn it away.
+            return HopFree::NoPlan;
+        }
+        if !held.take(p.chunk) {
+            return HopFree::NoPlan;
+        }
         let r = start..start + p.len as usize;
         let Some(plan) = shared
             .target
@@ -1050,11 +1116,11 @@ async fn write_log<R: RingIo>(
         let mut res = write.await;
         if res == -libc::EAGAIN {
             // Turned away at once (see `RingIo`): a log block has no pool to go to, so
-            // this once it is written waiting for the device.
+            // this once the thread writes it itself, waiting for the device.
             stats.ring_again.fetch_add(1, Ordering::Relaxed);
-            // SAFETY: as above.
-            res = unsafe { ring.write_waiting(buf.as_slice()[i * 4096..].as_ptr(), n as u32, off) }
-                .await;
+            // SAFETY: block `i` of `buf`, which lives until the end of this function.
+            res =
+                unsafe { ring.write_blocking(buf.as_slice()[i * 4096..].as_ptr(), n as u32, off) };
         }
         if res != n as i32 && result.is_ok() {
             result = Err(if res < 0 { -res } else { libc::EIO });
@@ -1479,7 +1545,7 @@ mod tests {
     }
 
     /// "Ring" reads and writes done at once with pread and pwrite; one at `fail_at` fails
-    /// with `errno` (EIO unless [`PreadRing::failing_with`]), except a `write_waiting`.
+    /// with `errno` (EIO unless [`PreadRing::failing_with`]), except a `write_blocking`.
     /// `PreadRing::fail_at` for a ring whose fsync fails.
     const FSYNC_FAILS: u64 = u64::MAX;
 
@@ -1493,8 +1559,11 @@ mod tests {
         groups: WriteGroups,
         /// Vectored writes made (write groups).
         writevs: std::cell::Cell<u32>,
-        /// Writes made with `write_waiting`.
+        /// Writes made with `write_blocking`.
         waited: std::cell::Cell<u32>,
+        limit: IoLimit,
+        /// How many more times the I/O at `fail_at` fails (`None`: always).
+        fails_left: std::cell::Cell<Option<u32>>,
     }
 
     impl PreadRing {
@@ -1510,6 +1579,29 @@ mod tests {
                 groups: WriteGroups::default(),
                 writevs: 0.into(),
                 waited: 0.into(),
+                limit: IoLimit::default(),
+                fails_left: None.into(),
+            }
+        }
+
+        /// The I/O at `fail_at` fails `n` times only.
+        fn failing_times(self, n: u32) -> Self {
+            self.fails_left.set(Some(n));
+            self
+        }
+
+        /// Whether the I/O at `offset` fails now.
+        fn fails(&self, offset: u64) -> bool {
+            if self.fail_at != Some(offset) {
+                return false;
+            }
+            match self.fails_left.get() {
+                None => true,
+                Some(0) => false,
+                Some(n) => {
+                    self.fails_left.set(Some(n - 1));
+                    true
+                }
             }
         }
 
@@ -1518,12 +1610,9 @@ mod tests {
             PreadRing { errno, ..self }
         }
 
-        /// Its write groups carry at most `limit` in one vectored write.
-        fn limited(self, limit: WriteLimit) -> Self {
-            PreadRing {
-                groups: WriteGroups::new(limit),
-                ..self
-            }
+        /// Its reads and writes carry at most `limit`.
+        fn limited(self, limit: IoLimit) -> Self {
+            PreadRing { limit, ..self }
         }
     }
 
@@ -1531,7 +1620,7 @@ mod tests {
         type Fut = std::future::Ready<i32>;
         unsafe fn read(&self, ptr: *mut u8, len: u32, offset: u64) -> Self::Fut {
             self.reads.set(self.reads.get() + 1);
-            if self.fail_at == Some(offset) {
+            if self.fails(offset) {
                 return std::future::ready(-self.errno);
             }
             // SAFETY: the caller guarantees `ptr..ptr + len` is valid and ours until the
@@ -1540,22 +1629,20 @@ mod tests {
             std::future::ready(if n < 0 { -libc::EIO } else { n as i32 })
         }
         unsafe fn write(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut {
-            if self.fail_at == Some(offset) {
+            if self.fails(offset) {
                 return std::future::ready(-self.errno);
             }
             // SAFETY: as for `read`: `ptr..ptr + len` is valid until the future completes.
             let n = unsafe { libc::pwrite(self.fd, ptr.cast(), len as usize, offset as i64) };
             std::future::ready(if n < 0 { -libc::EIO } else { n as i32 })
         }
-        unsafe fn write_waiting(&self, ptr: *const u8, len: u32, offset: u64) -> Self::Fut {
+        unsafe fn write_blocking(&self, ptr: *const u8, len: u32, offset: u64) -> i32 {
             self.waited.set(self.waited.get() + 1);
-            // SAFETY: as for `write`.
-            let n = unsafe { libc::pwrite(self.fd, ptr.cast(), len as usize, offset as i64) };
-            std::future::ready(if n < 0 { -libc::EIO } else { n as i32 })
+            super::pwrite(self.fd, ptr, len, offset)
         }
         unsafe fn writev(&self, iov: *const libc::iovec, n: u32, offset: u64) -> Self::Fut {
             self.writevs.set(self.writevs.get() + 1);
-            if self.fail_at == Some(offset) {
+            if self.fails(offset) {
                 return std::future::ready(-self.errno);
             }
             // SAFETY: the caller guarantees `iov[..n]` and its buffers are valid until the
@@ -1577,6 +1664,9 @@ mod tests {
         }
         fn write_groups(&self) -> &WriteGroups {
             &self.groups
+        }
+        fn limit(&self) -> IoLimit {
+            self.limit
         }
     }
 
@@ -1625,6 +1715,35 @@ mod tests {
         );
         assert!(ring.reads.get() >= 4);
         assert!(d.0.lock().unwrap().is_empty(), "nothing went to the pool");
+    }
+
+    /// A device segment longer than one read may carry is read in pieces of what it may
+    /// (`IoLimit::piece`), each into its place in the buffer.
+    #[test]
+    fn long_segments_are_read_in_pieces_the_device_takes_whole() {
+        let t = Arc::new(FileTarget::new());
+        let d = Arc::new(Threads(Mutex::new(Vec::new())));
+        let sh = file_shared(t.clone(), d.clone(), true);
+        // Blocks 0-11: four device segments of two blocks, zeros between them.
+        let ring = PreadRing::new(t.read_fd().unwrap(), None);
+        read_via(&sh, &t, &ring, 0, 12 * 4096);
+        assert_eq!(ring.reads.get(), 4);
+        for (limit, reads) in [
+            ((1, 1 << 20), 8),
+            ((256, 4096), 8),
+            ((256, 6144), 8),
+            ((2, 1 << 20), 4),
+        ] {
+            let limit = IoLimit {
+                pages: limit.0,
+                bytes: limit.1,
+            };
+            let ring = PreadRing::new(t.read_fd().unwrap(), None).limited(limit);
+            read_via(&sh, &t, &ring, 0, 12 * 4096);
+            assert_eq!(ring.reads.get(), reads, "{limit:?}");
+        }
+        let s = sh.stats.snapshot();
+        assert_eq!((s.hop_free_reads, s.pool_reads), (5, 0));
     }
 
     #[test]
@@ -2087,6 +2206,25 @@ mod tests {
         assert_eq!(t.log(), ["pool 0"]);
         assert_eq!(queued(&d), [0]);
         assert_eq!(WriteFile::at(&t.file, 0, 4096), vec![5; 4096]);
+        // A piece bigger than the device takes in one write: not tried on the ring.
+        let (t, d, sh, ring) = write_setup(true);
+        let ring = ring.limited(IoLimit {
+            pages: 1,
+            bytes: 1 << 20,
+        });
+        write_via(&sh, &ring, 0, 8192, 6, false);
+        write_via(&sh, &ring, FT_CHUNK, 4096, 7, false);
+        assert_eq!(
+            t.log(),
+            [
+                "pool 0".to_string(),
+                format!("complete {FT_CHUNK}"),
+                format!("log [{FT_CHUNK}], before their data [false]")
+            ]
+        );
+        assert_eq!(queued(&d), [0]);
+        assert_eq!(WriteFile::at(&t.file, 0, 8192), vec![6; 8192]);
+        assert_eq!(sh.stats.snapshot().ring_again, 0);
     }
 
     /// [`PreadRing`] whose writes at [`LOG_OFF`] complete only once `release` is set: a log
@@ -2136,6 +2274,10 @@ mod tests {
             let n = unsafe { self.inner.writev(iov, n, offset) }.into_inner();
             Held(Rc::new(true.into()), n)
         }
+        unsafe fn write_blocking(&self, ptr: *const u8, len: u32, offset: u64) -> i32 {
+            // SAFETY: the caller's guarantee, passed on.
+            unsafe { self.inner.write_blocking(ptr, len, offset) }
+        }
         fn fsync(&self) -> Held {
             Held(Rc::new(true.into()), self.inner.fsync().into_inner())
         }
@@ -2144,6 +2286,9 @@ mod tests {
         }
         fn write_groups(&self) -> &WriteGroups {
             self.inner.write_groups()
+        }
+        fn limit(&self) -> IoLimit {
+            self.inner.limit()
         }
     }
 
@@ -2588,6 +2733,9 @@ mod tests {
             use std::os::fd::AsRawFd;
             Some(self.file.as_raw_fd())
         }
+        fn plan_write(&self, offset: u64, _: &[u8]) -> Option<crate::WritePlan> {
+            panic!("plan_write({offset}): a write on a target that groups writes is planned in a group or not at all");
+        }
         fn groups_writes(&self) -> bool {
             true
         }
@@ -2790,6 +2938,21 @@ mod tests {
         reads_back(&t, &writes);
     }
 
+    /// On a target whose plans append (write groups), a write of two pieces goes to the
+    /// pool: of two ring writes one could land and the other be turned away.
+    #[test]
+    fn a_write_of_two_pieces_on_a_grouping_target_goes_to_the_pool() {
+        let t = Arc::new(GroupFile::new(16 * 4096, false));
+        let writes = [(FT_CHUNK - 4096, 8192, 18u8), (4 * FT_CHUNK, 4096, 19)];
+        let (res, ring, mut queued, s) = group_writes(t.clone(), &[], ring_over(&t, None), &writes);
+        assert_eq!(res, [8192, 4096]);
+        assert_eq!(ring.writevs.get(), 1, "the one-piece write only");
+        queued.sort();
+        assert_eq!(queued, [0, 1], "both pieces on the pool");
+        assert_eq!(s.hop_free_writes, 1);
+        reads_back(&t, &writes);
+    }
+
     /// A group offers the target no more than one vectored write may carry: by pages
     /// (each may be a segment) and by bytes; the rest go in further plans.
     #[test]
@@ -2803,68 +2966,51 @@ mod tests {
         ];
         for (limit, plans) in [
             (
-                WriteLimit {
+                IoLimit {
                     pages: 2,
                     bytes: 1 << 20,
                 },
                 4,
             ),
             (
-                WriteLimit {
+                IoLimit {
+                    pages: 1,
+                    bytes: 1 << 20,
+                },
+                4,
+            ),
+            (
+                IoLimit {
                     pages: 256,
                     bytes: 8192,
                 },
                 4,
             ),
             (
-                WriteLimit {
+                IoLimit {
                     pages: 256,
                     bytes: 12288,
                 },
                 2,
             ),
-            (WriteLimit::default(), 1),
+            (IoLimit::default(), 1),
         ] {
             let t = Arc::new(GroupFile::new(16 * 4096, false));
             let ring = ring_over(&t, None).limited(limit);
             let (res, ring, queued, s) = group_writes(t.clone(), &[], ring, &writes);
             assert_eq!(res, [4096, 4096, 4096, 8192, 4096]);
             assert_eq!(ring.writevs.get(), plans, "{limit:?}");
-            assert!(queued.is_empty(), "nothing on the pool ({limit:?})");
-            assert_eq!(s.hop_free_writes, 5);
+            // One page: the 8 KiB write is too big alone, and goes to the pool untried.
+            let pool: &[u64] = if limit.pages == 1 { &[3] } else { &[] };
+            assert_eq!(queued, pool, "on the pool ({limit:?})");
+            assert_eq!(s.hop_free_writes, 5 - pool.len() as u64);
+            assert_eq!(s.ring_again, 0);
             reads_back(&t, &writes);
         }
     }
 
-    /// Pages are counted as the buffers span them: an unaligned buffer spans one more.
-    #[test]
-    fn a_write_limit_counts_the_pages_buffers_span() {
-        let l = WriteLimit {
-            pages: 4,
-            bytes: 1 << 20,
-        };
-        assert_eq!(
-            l.fits([(0, 4096), (8192, 4096), (16384, 8192)].into_iter()),
-            3
-        );
-        assert_eq!(l.fits([(512, 4096), (8192 + 512, 4096)].into_iter()), 2);
-        assert_eq!(
-            l.fits([(512, 4096), (8192 + 512, 4096), (0, 4096)].into_iter()),
-            2
-        );
-        assert_eq!(
-            l.fits([(0, 1 << 20), (0, 4096)].into_iter()),
-            1,
-            "one at least"
-        );
-        // A file (not a block device): one bio's worth.
-        let f = tempfile::tempfile().unwrap();
-        use std::os::fd::AsRawFd;
-        assert_eq!(WriteLimit::of_fd(f.as_raw_fd()), WriteLimit::default());
-    }
-
     /// A read the device turns away goes to the pool, counted in `ring_again` and not as a
-    /// retry; a log block it turns away is written again, waiting, and the write is
+    /// retry; a log block it turns away is written again by a blocking pwrite, and the write is
     /// acknowledged with its log on the device.
     #[test]
     fn what_the_device_turns_away_is_redone_not_failed() {
@@ -2881,9 +3027,23 @@ mod tests {
                 s.pool_reads,
                 s.ring_again
             ),
-            (0, 0, 1, 1)
+            (0, 0, 1, 2)
         );
-        assert_eq!(*d.0.lock().unwrap(), vec![0, 1], "both pieces on the pool");
+        assert_eq!(
+            *d.0.lock().unwrap(),
+            vec![0, 1],
+            "turned away twice, none getting through the second time: both pieces on the pool"
+        );
+        // Turned away once only: read again on the ring once the others are in.
+        let d = Arc::new(Threads(Mutex::new(Vec::new())));
+        let sh = file_shared(t.clone(), d.clone(), true);
+        let ring = PreadRing::new(t.read_fd().unwrap(), Some(FT_CHUNK))
+            .failing_with(libc::EAGAIN)
+            .failing_times(1);
+        read_via(&sh, &t, &ring, FT_CHUNK - 4 * 4096, 8 * 4096);
+        let s = sh.stats.snapshot();
+        assert_eq!((s.hop_free_reads, s.pool_reads, s.ring_again), (1, 0, 1));
+        assert!(d.0.lock().unwrap().is_empty(), "nothing on the pool");
 
         let (t, d, sh, ring) = write_setup(true);
         let ring = PreadRing {
@@ -2892,7 +3052,11 @@ mod tests {
         }
         .failing_with(libc::EAGAIN);
         write_via(&sh, &ring, 4096, 4096, 0xc3, false);
-        assert_eq!(ring.waited.get(), 1, "the log block written again, waiting");
+        assert_eq!(
+            ring.waited.get(),
+            1,
+            "the log block written again, blocking"
+        );
         assert_eq!(WriteFile::at(&t.file, LOG_OFF, 4096), vec![1; 4096]);
         assert_eq!(WriteFile::at(&t.file, 4096, 4096), vec![0xc3; 4096]);
         let s = sh.stats.snapshot();

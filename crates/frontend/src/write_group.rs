@@ -20,6 +20,7 @@ use std::sync::Arc;
 use libublk::helpers::IoBuf;
 
 use crate::completion::TagCompletion;
+use crate::io_limit::IoLimit;
 use crate::queue::{shortfall, sync_tokens, Held, HopFree, QueueShared, RingIo};
 use crate::{GroupGuard, GroupPlan};
 
@@ -27,90 +28,6 @@ use crate::{GroupGuard, GroupPlan};
 #[derive(Default)]
 pub struct WriteGroups {
     forming: RefCell<Vec<Member>>,
-    limit: WriteLimit,
-}
-
-impl WriteGroups {
-    /// No group's vectored write goes beyond `limit`.
-    pub fn new(limit: WriteLimit) -> Self {
-        WriteGroups {
-            forming: RefCell::default(),
-            limit,
-        }
-    }
-}
-
-/// How much one vectored write may carry for the block layer to take it as it is: one bio,
-/// not split. A write it would split, or need a second bio for, comes back `-EAGAIN` from a
-/// `RWF_NOWAIT` ring write (see [`crate::queue::RingIo`]) and goes to the pool, so a group
-/// asks the target to place no more than this at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WriteLimit {
-    /// Pages the buffers span (each may be a segment of its own): at most `BIO_MAX_VECS`
-    /// and the queue's `max_segments`.
-    pub pages: u64,
-    /// Bytes: the queue's `max_sectors_kb`.
-    pub bytes: u64,
-}
-
-/// `BIO_MAX_VECS`: the most pages one bio holds.
-const BIO_PAGES: u64 = 256;
-const PAGE: u64 = 4096;
-
-impl Default for WriteLimit {
-    /// One bio's worth: for a file, or a device whose queue limits cannot be read.
-    fn default() -> Self {
-        WriteLimit {
-            pages: BIO_PAGES,
-            bytes: BIO_PAGES * PAGE,
-        }
-    }
-}
-
-impl WriteLimit {
-    /// The limit of writes to `fd`: for a block device, its queue's `max_segments` and
-    /// `max_sectors_kb` (sysfs; a partition's are its disk's) within one bio; otherwise
-    /// one bio's worth.
-    pub fn of_fd(fd: std::os::fd::RawFd) -> Self {
-        let one_bio = WriteLimit::default();
-        let Ok(st) = nix::sys::stat::fstat(fd) else {
-            return one_bio;
-        };
-        if st.st_mode & libc::S_IFMT != libc::S_IFBLK {
-            return one_bio;
-        }
-        let (major, minor) = (libc::major(st.st_rdev), libc::minor(st.st_rdev));
-        let dir = format!("/sys/dev/block/{major}:{minor}");
-        let read = |name: &str| -> Option<u64> {
-            ["queue", "../queue"].iter().find_map(|q| {
-                std::fs::read_to_string(format!("{dir}/{q}/{name}"))
-                    .ok()?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-        };
-        WriteLimit {
-            pages: read("max_segments").map_or(BIO_PAGES, |n| n.clamp(1, BIO_PAGES)),
-            bytes: read("max_sectors_kb").map_or(one_bio.bytes, |kb| (kb * 1024).max(PAGE)),
-        }
-    }
-
-    /// How many of `writes` (`(buffer address, length)`, in order), from the first, one
-    /// vectored write may carry; at least one (a write alone that is too big comes back
-    /// `-EAGAIN` and goes to the pool).
-    pub(crate) fn fits(&self, writes: impl Iterator<Item = (usize, u64)>) -> usize {
-        let (mut pages, mut bytes, mut n) = (0, 0, 0);
-        for (addr, len) in writes {
-            pages += (addr as u64 % PAGE + len).div_ceil(PAGE);
-            bytes += len;
-            if n > 0 && (pages > self.pages || bytes > self.bytes) {
-                break;
-            }
-            n += 1;
-        }
-        n
-    }
 }
 
 /// A tag's write in a group: its range, its buffer (the data is `buf[..len]`), and where
@@ -182,7 +99,7 @@ async fn run<R: RingIo>(
     shared: &QueueShared,
     held: &mut Held<'_>,
 ) {
-    let plans = plan_all(&members, shared, ring.write_groups().limit);
+    let plans = plan_all(&members, shared, ring.limit());
     let written = write_all(ring, &members, plans, shared).await;
     let mut tokens = Vec::new();
     let mut later: Vec<(Box<dyn GroupGuard + Send>, Vec<usize>)> = Vec::new();
@@ -232,15 +149,18 @@ async fn run<R: RingIo>(
 }
 
 /// Plans for the members, as many as the target gives, each offered no more members than
-/// one vectored write may carry (`limit`); the members left out get `NoPlan` at once.
-fn plan_all(members: &[Member], shared: &QueueShared, limit: WriteLimit) -> Vec<Planned> {
-    let mut rest: Vec<usize> = (0..members.len()).collect();
+/// one vectored write may carry (`limit`); the members left out, and those too big for
+/// one write alone, get `NoPlan` at once.
+fn plan_all(members: &[Member], shared: &QueueShared, limit: IoLimit) -> Vec<Planned> {
+    let addr = |i: usize| members[i].buf.as_slice().as_ptr() as usize;
+    let (mut rest, too_big): (Vec<usize>, Vec<usize>) = (0..members.len())
+        .partition(|&i| limit.fits(std::iter::once((addr(i), members[i].len))) == 1);
+    for i in too_big {
+        members[i].finish(HopFree::NoPlan);
+    }
     let mut plans = Vec::new();
     while !rest.is_empty() {
-        let n = limit.fits(
-            rest.iter()
-                .map(|&i| (members[i].buf.as_slice().as_ptr() as usize, members[i].len)),
-        );
+        let n = limit.fits(rest.iter().map(|&i| (addr(i), members[i].len)));
         let asked: Vec<(u64, u64)> = rest[..n]
             .iter()
             .map(|&i| (members[i].offset, members[i].len))
