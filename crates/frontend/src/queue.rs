@@ -1681,6 +1681,14 @@ mod tests {
         }
     }
 
+    /// A file target, its pool (threads that record the keys) and hop-free reads on.
+    fn read_setup() -> (Arc<FileTarget>, Arc<Threads>, QueueShared) {
+        let t = Arc::new(FileTarget::new());
+        let d = Arc::new(Threads(Mutex::new(Vec::new())));
+        let sh = file_shared(t.clone(), d.clone(), true);
+        (t, d, sh)
+    }
+
     /// Read `len` at `off` through `execute_with` and check the data against the file.
     fn read_via(sh: &QueueShared, t: &FileTarget, ring: &PreadRing, off: u64, len: u64) {
         let c = Arc::new(TagCompletion::new(Arc::new(Kicker::new().unwrap())));
@@ -1699,9 +1707,7 @@ mod tests {
 
     #[test]
     fn planned_reads_go_hop_free_into_the_buffer() {
-        let t = Arc::new(FileTarget::new());
-        let d = Arc::new(Threads(Mutex::new(Vec::new())));
-        let sh = file_shared(t.clone(), d.clone(), true);
+        let (t, d, sh) = read_setup();
         let ring = PreadRing::new(t.read_fd().unwrap(), None);
         // Two pieces (a chunk end inside), zero blocks among them.
         read_via(&sh, &t, &ring, FT_CHUNK - 5 * 4096, 12 * 4096);
@@ -1721,9 +1727,7 @@ mod tests {
     /// (`IoLimit::piece`), each into its place in the buffer.
     #[test]
     fn long_segments_are_read_in_pieces_the_device_takes_whole() {
-        let t = Arc::new(FileTarget::new());
-        let d = Arc::new(Threads(Mutex::new(Vec::new())));
-        let sh = file_shared(t.clone(), d.clone(), true);
+        let (t, _d, sh) = read_setup();
         // Blocks 0-11: four device segments of two blocks, zeros between them.
         let ring = PreadRing::new(t.read_fd().unwrap(), None);
         read_via(&sh, &t, &ring, 0, 12 * 4096);
@@ -1748,9 +1752,7 @@ mod tests {
 
     #[test]
     fn unplanned_or_failed_reads_go_through_the_pool() {
-        let t = Arc::new(FileTarget::new());
-        let d = Arc::new(Threads(Mutex::new(Vec::new())));
-        let sh = file_shared(t.clone(), d.clone(), true);
+        let (t, d, sh) = read_setup();
         // A device read fails: the plans are dropped uncompleted, the pool redoes the read.
         let ring = PreadRing::new(t.read_fd().unwrap(), Some(FT_CHUNK));
         read_via(&sh, &t, &ring, FT_CHUNK - 4 * 4096, 8 * 4096);
@@ -3014,9 +3016,7 @@ mod tests {
     /// acknowledged with its log on the device.
     #[test]
     fn what_the_device_turns_away_is_redone_not_failed() {
-        let t = Arc::new(FileTarget::new());
-        let d = Arc::new(Threads(Mutex::new(Vec::new())));
-        let sh = file_shared(t.clone(), d.clone(), true);
+        let (t, d, sh) = read_setup();
         let ring = PreadRing::new(t.read_fd().unwrap(), Some(FT_CHUNK)).failing_with(libc::EAGAIN);
         read_via(&sh, &t, &ring, FT_CHUNK - 4 * 4096, 8 * 4096);
         let s = sh.stats.snapshot();
