@@ -440,8 +440,12 @@ impl BlockTarget for EngineTarget {
     }
     fn plan_flush(&self) -> Option<Box<dyn frontend::FlushGuard>> {
         // The log sits in conventional zones of the device the read source reads, and the
-        // device's flush is an fdatasync of that fd (zbd::ReadSource).
-        let src = self.0.read_source().filter(|s| s.conv_writes)?;
+        // device's flush is an fdatasync of that fd (zbd::ReadSource) when the source
+        // covers the whole device (not a multi-device volume's: its drives flush too).
+        let src = self
+            .0
+            .read_source()
+            .filter(|s| s.conv_writes && s.whole())?;
         // A failed engine: the blocking flush reports it.
         let plan = self.0.plan_flush().ok()?;
         Some(Box::new(EngineFlush {

@@ -12,9 +12,11 @@
 #      `zonedd delete`; `dmzadm --check` clean on what zonedd committed; the kernel's dm-zoned
 #      mounts it, every file compares, it writes one more, `xfs_repair -n` clean; back in zonedd
 #      every file compares.
-#   3. kill -9: writes acknowledged by O_DIRECT (no flush) to /dev/ublkbN, the daemon killed,
-#      `zonedd recover`, every acknowledged write reads back; `zonedd check` and
-#      `dmzadm --check` clean.
+#   3. kill -9: writes acknowledged by O_DIRECT (no flush) to /dev/ublkbN, among them 4 KiB
+#      random writes of which some must go hop-free (written by a queue thread on its own
+#      ring to the O_DIRECT cache device), the daemon killed, `zonedd recover`, every
+#      acknowledged write reads back (fio's verify: some of it hop-free, from the cache);
+#      `zonedd check` and `dmzadm --check` clean.
 # dmzadm comes from scripts/install-deps.sh (trixie's dm-zoned-tools on Debian 12). Without it
 # the scenario prints a SKIP line and runs nothing: no silent pass.
 # vm-timeout: 900
@@ -216,11 +218,35 @@ for r in "${acked[@]}"; do
     "$Z" engine-io pattern --pattern "$seed" --offset "$off" --len "$len" |
         dd of="$bdev" bs=1M iflag=fullblock oflag=direct,seek_bytes seek="$off" status=none
 done
+# 4 KiB random writes over chunks 6-7 (xfs's data, in sequential zones on the drives, or fresh):
+# the overwrites below a write pointer go to cache buffer zones, and those that need nothing
+# first are written by the queue thread on its own ring to the cache device (O_DIRECT), then
+# acknowledged once their log record is written.
+fio_hop() { # fio_hop NAME EXTRA...
+    local n=$1 && shift
+    fio --name=hopfree --filename="$bdev" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
+        --iodepth=16 --offset=$((6 * C + 20 * K)) --size=$((2 * C - 40 * K)) --randseed=7 \
+        --verify=crc32c --eta=never --output="$VM_SCRATCH/fio.$n" "$@" || {
+        cat "$VM_SCRATCH/fio.$n"
+        vm_fail "hop-free writes: fio $n failed"
+    }
+}
+counters() { "$Z" status "$id" --json | jq -er '.frontend | "\(.hop_free_writes) \(.writes) \(.hop_free_write_retries) \(.hop_free_reads) \(.hop_free_retries)"'; }
+fio_hop write --do_verify=0
+read -r whop writes wretries _ _ <<<"$(counters)"
+echo "writes hop-free (on the cache device, through the queue ring): $whop of $writes, retried $wretries"
+[ "$whop" -gt 0 ] || vm_fail "no write went hop-free on the multi-device volume"
+[ "$wretries" = 0 ] || vm_fail "$wretries hop-free writes failed and were retried"
 kill -9 "$(field "$id" pid)"
 wait_state "$id" quiesced
 "$Z" recover "$id" >/dev/null
 wait_state "$id" live
 raw_script "$bdev" "an acknowledged write is lost after kill -9 and recover" read "${after_kill[@]}"
+fio_hop verify --verify_only --verify_fatal=1
+read -r _ _ _ rhop rretries <<<"$(counters)"
+echo "reads hop-free after recover (cache zones): $rhop, retried $rretries"
+[ "$rhop" -gt 0 ] || vm_fail "no read went hop-free on the multi-device volume"
+[ "$rretries" = 0 ] || vm_fail "$rretries hop-free reads failed and were retried"
 "$Z" delete "$id" >/dev/null
 zd_check "after kill -9 and recover"
 dmz_check "after kill -9 and recover"

@@ -612,6 +612,7 @@ impl ZonedDevice for BlockDev {
             fd: self.file.as_raw_fd(),
             base: 0,
             direct: true,
+            end: None,
             conv_writes: true,
             seq_writes: true,
         })

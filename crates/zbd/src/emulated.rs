@@ -755,6 +755,7 @@ impl ZonedDevice for Emulated {
             fd: self.file.as_raw_fd(),
             base: self.data_offset,
             direct: false,
+            end: None,
             conv_writes: true,
             seq_writes: false,
         })

@@ -221,14 +221,20 @@ pub type Result<T> = std::result::Result<T, ZbdError>;
 /// blocks below a sequential zone's write pointer and for conventional zones (the only
 /// blocks the engine reads: valid ones), not past a write pointer (where
 /// [`ZonedDevice::read_at`] gives zeros). The descriptor lives as long as the device; it is
-/// never closed by the caller, and written through only where `conv_writes` says so. A
-/// device that gives one also promises that its [`ZonedDevice::flush`] is an `fdatasync`
-/// of `fd` and nothing more: a caller may flush it on its own ring instead (the frontend's
-/// flushes, docs/design.md "Flushes on the ring").
+/// never closed by the caller, and written through only where `conv_writes` says so. It
+/// may cover only the device's first bytes (`end`: a multi-device volume's cache device,
+/// [`crate::MultiDevice`]); a caller reads or writes through it only what
+/// [`ReadSource::covers`]. A device whose source covers it whole ([`ReadSource::whole`])
+/// also promises that its [`ZonedDevice::flush`] is an `fdatasync` of `fd` and nothing more:
+/// a caller may flush it on its own ring instead (the frontend's flushes, docs/design.md
+/// "Flushes on the ring"); a partial source promises that the device's flush also makes
+/// durable every write made through `fd`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadSource {
     pub fd: std::os::fd::RawFd,
     pub base: u64,
+    /// Device offsets from this one on are not in `fd` (`None`: every offset is).
+    pub end: Option<u64>,
     /// Opened `O_DIRECT`: buffers, offsets and lengths must be 4096-aligned.
     pub direct: bool,
     /// Conventional zones may also be written through `fd` (same offsets): the device keeps
@@ -242,6 +248,20 @@ pub struct ReadSource {
     /// so it must learn of these. Real zoned block devices only (the drive keeps the write
     /// pointer; an emulated image keeps it in its own state).
     pub seq_writes: bool,
+}
+
+impl ReadSource {
+    /// Whether the `len` bytes at device offset `offset` are in `fd`.
+    pub fn covers(&self, offset: u64, len: u64) -> bool {
+        self.end
+            .is_none_or(|end| offset.checked_add(len).is_some_and(|e| e <= end))
+    }
+
+    /// Whether the source covers the whole device (and the device's flush is an
+    /// `fdatasync` of `fd`).
+    pub fn whole(&self) -> bool {
+        self.end.is_none()
+    }
 }
 
 /// One device of a (possibly multi-device) volume, as [`ZonedDevice::members`] lists it.

@@ -12,8 +12,16 @@
 //! one. The engine's one flush point before each metadata commit therefore also flushes the
 //! zoned drives its new metadata points into (the kernel flushes only the metadata device,
 //! reference §5).
+//!
+//! Read source: the cache device's, when it has one (an `O_DIRECT` block device), limited to
+//! the cache's bytes ([`ReadSource::end`]): the frontend's queue threads then read and write
+//! cache zones themselves. Those writes bypass the dirty flags, so a volume that hands out
+//! the source flushes its cache device at every [`ZonedDevice::flush`] (where the engine's
+//! metadata, always on the cache, has nearly always made it dirty anyway).
 
-use crate::{Geometry, Member, Result, ZbdError, Zone, ZoneCondition, ZoneOp, ZonedDevice};
+use crate::{
+    Geometry, Member, ReadSource, Result, ZbdError, Zone, ZoneCondition, ZoneOp, ZonedDevice,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -23,12 +31,22 @@ struct Part {
     nr_zones: u32,
     /// Wrote or reset since the last successful flush.
     dirty: AtomicBool,
+    /// Written through the volume's read source, behind `dirty`'s back: flushed every time.
+    unseen_writes: bool,
+}
+
+impl Part {
+    fn needs_flush(&self) -> bool {
+        self.unseen_writes || self.dirty.load(Ordering::Acquire)
+    }
 }
 
 /// A cache device and zoned drives as one device (see the module docs).
 pub struct MultiDevice {
     parts: Vec<Part>,
     geo: Geometry,
+    /// The cache device's read source, up to the end of its last usable zone.
+    source: Option<ReadSource>,
 }
 
 impl MultiDevice {
@@ -41,22 +59,35 @@ impl MultiDevice {
             ));
         }
         let cg = cache.geometry();
-        if cache
-            .report_all()?
-            .iter()
-            .any(|z| z.zone_type.is_sequential())
-        {
+        let cache_zones = cache.report_all()?;
+        if cache_zones.iter().any(|z| z.zone_type.is_sequential()) {
             return Err(ZbdError::Open(format!(
                 "{} is a zoned device: the cache must be a regular device or file",
                 cache.describe()
             )));
         }
         let mut geo = Geometry { ..cg };
+        // The runt zone at the cache's end is offline: the source stops before it.
+        let usable_end = cache_zones
+            .iter()
+            .filter(|z| z.cond != ZoneCondition::Offline)
+            .map(|z| z.start + z.len)
+            .max()
+            .unwrap_or(0);
+        let source = cache
+            .read_source()
+            .filter(|s| s.direct && s.whole())
+            .map(|s| ReadSource {
+                end: Some(usable_end),
+                seq_writes: false,
+                ..s
+            });
         let mut parts = vec![Part {
             first_zone: 0,
             nr_zones: cg.nr_zones,
             dev: cache,
             dirty: AtomicBool::new(false),
+            unseen_writes: source.is_some(),
         }];
         let mut next = cg.nr_zones;
         for d in zoned {
@@ -87,13 +118,14 @@ impl MultiDevice {
                 nr_zones: nr,
                 dev: d,
                 dirty: AtomicBool::new(false),
+                unseen_writes: false,
             });
             next = next
                 .checked_add(nr)
                 .ok_or_else(|| ZbdError::Open("too many zones for 32-bit zone ids".into()))?;
         }
         geo.nr_zones = next;
-        Ok(MultiDevice { parts, geo })
+        Ok(MultiDevice { parts, geo, source })
     }
 
     /// The member holding zone `zone` and the zone's number on it.
@@ -112,7 +144,7 @@ impl MultiDevice {
     }
 
     fn flush_part(p: &Part) -> Result<()> {
-        if !p.dirty.swap(false, Ordering::AcqRel) {
+        if !p.dirty.swap(false, Ordering::AcqRel) && !p.unseen_writes {
             return Ok(());
         }
         p.dev
@@ -190,11 +222,7 @@ impl ZonedDevice for MultiDevice {
     }
 
     fn flush(&self) -> Result<()> {
-        let dirty: Vec<&Part> = self
-            .parts
-            .iter()
-            .filter(|p| p.dirty.load(Ordering::Acquire))
-            .collect();
+        let dirty: Vec<&Part> = self.parts.iter().filter(|p| p.needs_flush()).collect();
         if dirty.len() <= 1 {
             return dirty.into_iter().try_for_each(Self::flush_part);
         }
@@ -251,5 +279,11 @@ impl ZonedDevice for MultiDevice {
     fn set_zone_condition(&self, zone: u32, cond: ZoneCondition) -> Result<()> {
         let (p, local) = self.part_of_zone(zone)?;
         p.dev.set_zone_condition(local, cond)
+    }
+
+    /// The cache device's, limited to its usable zones (see the module docs). The cache
+    /// is member 0, at volume offset 0, so its offsets are the volume's.
+    fn read_source(&self) -> Option<ReadSource> {
+        self.source
     }
 }

@@ -7,16 +7,29 @@
 //! dm-zoned and dmzadm see the device. When the size is not a multiple of the zone size the
 //! trailing runt zone is reported shorter and offline, as the kernel marks it: no I/O goes
 //! to it. Flush is `fdatasync` (nothing for RAM).
+//!
+//! A block device is opened `O_DIRECT` (as a zoned drive is, [`crate::BlockDevice`]; its
+//! I/O goes through the same per-thread ring and bounce buffers) and then offers a
+//! [`crate::ReadSource`], through which the frontend's queue threads read and write the
+//! cache zones themselves (docs/design.md, "Hop-free writes on a multi-device volume"). A
+//! plain file stays buffered and offers none, as an emulated image's data goes through the
+//! pool (`create::ring_fd`); so does a block device that refuses `O_DIRECT`.
 
 use crate::state::check_io;
 use crate::{Geometry, Result, ZbdError, Zone, ZoneCondition, ZoneOp, ZoneType, ZonedDevice};
 use parking_lot::RwLock;
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 enum Backing {
-    File { file: File, path: PathBuf },
+    File {
+        file: File,
+        path: PathBuf,
+        /// Opened `O_DIRECT`: I/O through `blockdev::direct_read`/`direct_write`.
+        direct: bool,
+    },
     Mem(RwLock<Vec<u8>>),
 }
 
@@ -41,18 +54,43 @@ impl RegularDevice {
     }
 
     /// Opens a regular file or a regular block device. `exclusive` locks it (`flock`, and
-    /// `O_EXCL` on a block device) against a second user.
+    /// `O_EXCL` on a block device) against a second user. A block device is opened
+    /// `O_DIRECT` (buffered when it refuses), a file buffered (see the module docs).
     pub fn open(path: &Path, zone_size: u64, exclusive: bool) -> Result<RegularDevice> {
+        Self::open_as(path, zone_size, exclusive, None)
+    }
+
+    /// [`RegularDevice::open`], but `O_DIRECT` whatever `path` is, a file too (an error
+    /// where the file system refuses it): a file then behaves as a block device would.
+    pub fn open_direct(path: &Path, zone_size: u64, exclusive: bool) -> Result<RegularDevice> {
+        Self::open_as(path, zone_size, exclusive, Some(true))
+    }
+
+    fn open_as(
+        path: &Path,
+        zone_size: u64,
+        exclusive: bool,
+        direct: Option<bool>,
+    ) -> Result<RegularDevice> {
         use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
         let p = path.display();
         let meta = std::fs::metadata(path).map_err(|e| ZbdError::Open(format!("{p}: {e}")))?;
         let is_blk = meta.file_type().is_block_device();
-        let mut oo = std::fs::OpenOptions::new();
-        oo.read(true).write(true);
-        if is_blk && exclusive {
-            oo.custom_flags(libc::O_EXCL);
-        }
-        let file = oo.open(path).map_err(|e| {
+        let open = |direct: bool| {
+            let mut oo = std::fs::OpenOptions::new();
+            oo.read(true).write(true);
+            let excl = if is_blk && exclusive { libc::O_EXCL } else { 0 };
+            oo.custom_flags(excl | if direct { libc::O_DIRECT } else { 0 });
+            oo.open(path)
+        };
+        let (file, direct) = match (direct, open(direct.unwrap_or(is_blk))) {
+            // A block device without O_DIRECT (EINVAL): buffered, without a read source.
+            (None, Err(e)) if is_blk && e.raw_os_error() == Some(libc::EINVAL) => {
+                (open(false), false)
+            }
+            (d, r) => (r, d.unwrap_or(is_blk)),
+        };
+        let file = file.map_err(|e| {
             if e.raw_os_error() == Some(libc::EBUSY) {
                 ZbdError::Open(format!("{p} is in use by another process: EBUSY"))
             } else {
@@ -73,6 +111,7 @@ impl RegularDevice {
             backing: Backing::File {
                 file,
                 path: path.to_path_buf(),
+                direct,
             },
         })
     }
@@ -150,12 +189,15 @@ impl ZonedDevice for RegularDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         self.check(offset, buf.len() as u64, "read")?;
         match &self.backing {
-            Backing::File { file, path } => {
-                file.read_exact_at(buf, offset).map_err(|e| ZbdError::Io {
-                    what: format!("read {} at {offset:#x}", path.display()),
-                    source: e,
-                })
+            Backing::File { file, path, direct } => if *direct {
+                crate::blockdev::direct_read(file.as_raw_fd(), buf, offset)
+            } else {
+                file.read_exact_at(buf, offset)
             }
+            .map_err(|e| ZbdError::Io {
+                what: format!("read {} at {offset:#x}", path.display()),
+                source: e,
+            }),
             Backing::Mem(m) => {
                 let o = offset as usize;
                 buf.copy_from_slice(&m.read()[o..o + buf.len()]);
@@ -167,12 +209,15 @@ impl ZonedDevice for RegularDevice {
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         self.check(offset, buf.len() as u64, "write")?;
         match &self.backing {
-            Backing::File { file, path } => {
-                file.write_all_at(buf, offset).map_err(|e| ZbdError::Io {
-                    what: format!("write {} at {offset:#x}", path.display()),
-                    source: e,
-                })
+            Backing::File { file, path, direct } => if *direct {
+                crate::blockdev::direct_write(file.as_raw_fd(), buf, offset)
+            } else {
+                file.write_all_at(buf, offset)
             }
+            .map_err(|e| ZbdError::Io {
+                what: format!("write {} at {offset:#x}", path.display()),
+                source: e,
+            }),
             Backing::Mem(m) => {
                 let o = offset as usize;
                 m.write()[o..o + buf.len()].copy_from_slice(buf);
@@ -200,11 +245,28 @@ impl ZonedDevice for RegularDevice {
 
     fn flush(&self) -> Result<()> {
         match &self.backing {
-            Backing::File { file, path } => file.sync_data().map_err(|e| ZbdError::Io {
+            Backing::File { file, path, .. } => file.sync_data().map_err(|e| ZbdError::Io {
                 what: format!("flush {}", path.display()),
                 source: e,
             }),
             Backing::Mem(_) => Ok(()),
+        }
+    }
+
+    /// Only an `O_DIRECT` block device (see the module docs). Its bytes map one to one.
+    fn read_source(&self) -> Option<crate::ReadSource> {
+        match &self.backing {
+            Backing::File {
+                file, direct: true, ..
+            } => Some(crate::ReadSource {
+                fd: file.as_raw_fd(),
+                base: 0,
+                end: None,
+                direct: true,
+                conv_writes: true,
+                seq_writes: false,
+            }),
+            _ => None,
         }
     }
 

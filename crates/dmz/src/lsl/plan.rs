@@ -123,7 +123,13 @@ impl LogEngine {
             // Offline or read-only zones: the engine's read reports what the device says.
             let unusable =
                 |p: Pba| st.zones.get(self.layout.zone_of(p).0).state == ZoneState::Unusable;
-            if runs.iter().any(|r| r.from.is_some_and(unusable)) {
+            // Blocks the source does not reach: the engine's read reads them.
+            let b = BLOCK as u64;
+            if runs.iter().any(|r| {
+                r.from.is_some_and(|p| {
+                    unusable(p) || !src.covers(p.0 as u64 * b, r.blocks as u64 * b)
+                })
+            }) {
                 return None;
             }
             self.note_read(&mut st, first, n, &runs);

@@ -233,10 +233,14 @@ pub(super) fn plan_read(inner: &Arc<Inner>, offset: u64, len: u64) -> Option<Rea
     let mut st = inner.state.try_lock()?;
     st.last_io = Instant::now();
     let (runs, dz) = runs(inner, &mut st, chunk, b, n, true).ok()??;
-    if runs
-        .iter()
-        .any(|r| r.0.is_some_and(|z| st.meta.is_retired(z)))
-    {
+    // Retired zones: the read reports what the device says. Zones the source does not
+    // reach (a multi-device volume's zoned drives): the read goes through the device.
+    if runs.iter().any(|&(z, start, cnt)| {
+        z.is_some_and(|z| {
+            st.meta.is_retired(z)
+                || !src.covers(inner.zone_offset(z, start), cnt as u64 * BLOCK as u64)
+        })
+    }) {
         return None;
     }
     if let Some(dz) = dz {

@@ -234,6 +234,15 @@ pub(in crate::engine) fn plan_write(
     if st.meta.zone(target).seq || m.zones().any(|z| st.meta.is_retired(z)) {
         return None;
     }
+    // Only where the caller's file reaches (a multi-device volume's source is the cache).
+    let device_offset = inner.zone_offset(target, b);
+    if inner
+        .dev
+        .read_source()
+        .is_some_and(|s| !s.covers(device_offset, len))
+    {
+        return None;
+    }
     let mut ahead = false;
     match st.meta.proof(target) {
         Proof::Proven => {}
@@ -283,7 +292,7 @@ pub(in crate::engine) fn plan_write(
     st.meta.touch(target);
     drop(st);
     Some(WritePlan {
-        device_offset: inner.zone_offset(target, b),
+        device_offset,
         len,
         zone: target,
         other,

@@ -250,10 +250,26 @@ pub(in crate::engine) fn plan_sync(inner: &Arc<Inner>, upto: u64) -> Result<Sync
             log_written(inner, 0, next, hdr);
             Ok(SyncPlan::Done)
         }
+        Take::Blocks { pending, next, hdr } if !source_reaches(inner, &pending) => {
+            // Not through the caller's file (dm-zoned's layouts keep the metadata on the
+            // cache device, which a partial source covers: not expected): written here.
+            write_blocks(inner, &pending)?;
+            log_written(inner, pending.len(), next, hdr);
+            Ok(SyncPlan::Done)
+        }
         Take::Blocks { pending, next, hdr } => {
             Ok(SyncPlan::Write(LogWrite::new(inner, w, pending, next, hdr)))
         }
     }
+}
+
+/// Whether the caller's [`zbd::ReadSource`] reaches every block of `pending`.
+fn source_reaches(inner: &Inner, pending: &Pending) -> bool {
+    let b = BLOCK as u64;
+    inner
+        .dev
+        .read_source()
+        .is_none_or(|s| pending.iter().all(|(blk, _)| s.covers(blk * b, b)))
 }
 
 /// Write log block images, merging contiguous blocks that stay within one zone.
