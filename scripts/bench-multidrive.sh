@@ -8,18 +8,20 @@
 # MB/s. The host-side counterpart at full rates is `cargo bench --bench multidrive`.
 #
 #   scripts/bench-multidrive.sh [--no-build] [--rounds N] [--params "K=V ..."] [--cache-mb N]
-#                               [--job-mb N] [--rand-secs N]
+#                               [--job-mb N] [--rand-secs N] [--rand-rounds N] [--base BIN]
 # (defaults: 2 rounds, a 128 MiB cache: 6 cache zones; 4 jobs of 96 MiB: 384 MiB, three times
 # what the cache zones hold, so dm-zoned, which writes every new chunk into a cache zone
-# first, is bound by its reclaim onto the drives, not by the memory cache; then 20 s of 4 KiB
-# random writes over a span that fits the cache, against the cache device's own IOPS)
+# first, is bound by its reclaim onto the drives, not by the memory cache; then 1 round of
+# 20 s of 4 KiB random writes over a span that fits the cache: zonedd, zonedd with every
+# write through the pool, dm-zoned, zonedd's in-memory target, and the cache device itself, in
+# turn; with --base BIN also that build of zonedd. --rounds 0 runs only the random writes)
 #
 # Results: target/bench-vm/multidrive-<UTC stamp>/ (fio JSON, status, runs.tsv, results.txt).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd -P)
 # shellcheck source=scripts/vm/lib.sh
 source "$ROOT/scripts/vm/lib.sh"
-build=1 rounds=2 cache_mb=128 job_mb=96 rand_secs=20
+build=1 rounds=2 cache_mb=128 job_mb=96 rand_secs=20 rand_rounds=1 base=""
 params="outer_mbps=5 inner_mbps=5 iface_mbps=6 cache_mib=8 disk_size=20T"
 while [ $# -gt 0 ]; do
     case $1 in
@@ -29,6 +31,8 @@ while [ $# -gt 0 ]; do
     --cache-mb) cache_mb=$2 && shift ;;
     --job-mb) job_mb=$2 && shift ;;
     --rand-secs) rand_secs=$2 && shift ;;
+    --rand-rounds) rand_rounds=$2 && shift ;;
+    --base) base=$2 && shift ;;
     *) vm_die "unknown argument $1" ;;
     esac
     shift
@@ -40,11 +44,13 @@ fi
 out=$VM_TARGET_DIR/bench-vm/multidrive-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
 cp "$ZONEDD" "$out/zonedd"
+[ -z "$base" ] || cp "$base" "$out/zonedd-base"
 scenario=$out/multidrive.sh
 cat >"$scenario" <<EOS
 #!/usr/bin/env bash
 export ZONEDD=$(vm_shq "$out/zonedd")
-exec bash $(vm_shq "$ROOT/scripts/bench/multidrive-guest.sh") --out $(vm_shq "$out") --params $(vm_shq "$params") --rounds $rounds --cache-mb $cache_mb --job-mb $job_mb --rand-secs $rand_secs
+${base:+export ZONEDD_BASE=$(vm_shq "$out/zonedd-base")}
+exec bash $(vm_shq "$ROOT/scripts/bench/multidrive-guest.sh") --out $(vm_shq "$out") --params $(vm_shq "$params") --rounds $rounds --cache-mb $cache_mb --job-mb $job_mb --rand-secs $rand_secs --rand-rounds $rand_rounds
 EOS
 vm_run bench-multidrive "$scenario" 3000 "${VM_MEMORY:-4G}"
 cp "$VM_RUNS/bench-multidrive/console.log" "$out/console.log" 2>/dev/null || true
@@ -73,11 +79,24 @@ for n in (1, 2):
               f"until on the drives {dmed[('zonedd', n)] / dmed[('dm-zoned', n)]:.2f}x")
 rand = os.path.join(out, "rand.tsv")
 if os.path.exists(rand):
-    iops = {r["target"]: float(r["IOPS"]) for r in csv.DictReader(open(rand), delimiter="\t")}
-    cache = iops.get("cache device")
-    print("\n4 KiB random writes, QD32, 64 MiB span (fits the cache zones), two drives")
-    print("| target | IOPS | / cache device |")
-    print("|---|---|---|")
-    for t, v in iops.items():
-        print(f"| {t} | {v:.0f} | {v / cache:.2f}x |" if cache else f"| {t} | {v:.0f} | |")
+    iops = {}
+    for r in csv.DictReader(open(rand), delimiter="\t"):
+        iops.setdefault(r["target"], []).append(float(r["IOPS"]))
+    imed = {t: statistics.median(v) for t, v in iops.items()}
+    cache = imed.get("cache device")
+    print("\n4 KiB random writes, QD32, 64 MiB span (fits the cache zones), two drives (medians)")
+    print("| target | IOPS | runs | / cache device |")
+    print("|---|---|---|---|")
+    for t, v in imed.items():
+        runs_ = " ".join(f"{x:.0f}" for x in iops[t])
+        print(f"| {t} | {v:.0f} | {runs_} | {v / cache:.2f}x |" if cache else f"| {t} | {v:.0f} | {runs_} | |")
+    if "zonedd" in imed and "zonedd (pool)" in imed:
+        print(f"\nzonedd / zonedd (pool): {imed['zonedd'] / imed['zonedd (pool)']:.2f}x")
+    fl = imed.get("floor (ublk, memory target)")
+    if "zonedd" in imed and fl:
+        print(f"zonedd / floor: {imed['zonedd'] / fl:.2f}x")
+    if "zonedd" in imed and "zonedd (base)" in imed:
+        print(f"zonedd / zonedd (base): {imed['zonedd'] / imed['zonedd (base)']:.2f}x")
+    if "zonedd" in imed and "dm-zoned" in imed:
+        print(f"zonedd / dm-zoned: {imed['zonedd'] / imed['dm-zoned']:.2f}x")
 EOF2

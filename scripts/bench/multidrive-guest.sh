@@ -4,7 +4,7 @@
 # --timing hdd` on the scaled model), one drive against two, zonedd against the kernel's
 # dm-zoned on the same devices. fio JSON per run into OUT, a line per run in OUT/runs.tsv.
 #   multidrive-guest.sh --out DIR --params "K=V ..." --rounds N --cache-mb N --job-mb N
-#                       [--rand-secs N]
+#                       [--rand-secs N] [--rand-rounds N]
 # Workload: fio, 4 jobs, each writing JOB_MB from the start of its own region (1 MiB writes,
 # QD1, O_DIRECT), then fsync: the streams a filesystem's allocation groups give; a run is cut
 # at 300 s (fio's bandwidth is then of what it wrote). Each drive: 32 zones of 16 MiB, no
@@ -14,10 +14,13 @@
 # until the cache zones are as free as before it: dm-zoned writes every new chunk into a cache
 # zone and moves it to a drive later, reclaiming everything only after 10 s without I/O).
 # With --rand-secs N (0: skipped), last: 4 KiB random writes (QD32, N seconds) over a 64 MiB
-# span, which fits the cache zones, on zonedd and dm-zoned with two drives and on the raw
-# cache device itself (issue 18's ">= 0.8x the cache device's own random-write IOPS").
+# span, which fits the cache zones, on zonedd (its default, and with every write through the
+# pool: ZONEDD_HOP_FREE_WRITES=0) and dm-zoned with two drives and on the raw cache device
+# itself (issue 18's ">= 0.8x the cache device's own random-write IOPS"), and zonedd's
+# in-memory target (the floor: a ublk round trip and nothing else), RAND_ROUNDS times
+# in turn. --rounds 0 skips the streams.
 set -euo pipefail
-out="" params="" rounds=1 cache_mb=64 job_mb=48 rand_secs=0
+out="" params="" rounds=1 cache_mb=64 job_mb=48 rand_secs=0 rand_rounds=1
 while [ $# -gt 0 ]; do
     case $1 in
     --out) out=$2 && shift ;;
@@ -26,6 +29,7 @@ while [ $# -gt 0 ]; do
     --cache-mb) cache_mb=$2 && shift ;;
     --job-mb) job_mb=$2 && shift ;;
     --rand-secs) rand_secs=$2 && shift ;;
+    --rand-rounds) rand_rounds=$2 && shift ;;
     *) echo "unknown argument $1" >&2 && exit 2 ;;
     esac
     shift
@@ -144,30 +148,49 @@ for ((r = 1; r <= rounds; r++)); do
         vm_step "dmzadm is not installed: no dm-zoned runs"
     fi
 done
-if [ "$rand_secs" != 0 ]; then
-    printf 'target\tIOPS\n' >"$out/rand.tsv"
+# rand_zonedd NAME BINARY [ENV=V]: zonedd with two drives (ENV=V in the daemon's environment)
+rand_zonedd() {
+    local name=$1 bin=$2 res id iops && shift 2
     reset_drives
-    quiet "$Z" format --cache "$cache" --backend "${drives[0]}" --backend "${drives[1]}" --force
-    res=$("$Z" create --cache "$cache" --backend "${drives[0]}" --backend "${drives[1]}")
+    quiet "$bin" format --cache "$cache" --backend "${drives[0]}" --backend "${drives[1]}" --force
+    res=$(env "$@" "$bin" create --cache "$cache" --backend "${drives[0]}" --backend "${drives[1]}")
     id=$(sed -n 's/^id //p' <<<"$res")
-    iops=$(fio_rand "$(sed -n 1p <<<"$res")" rand-zonedd)
-    "$Z" status "$id" --json >"$out/rand-zonedd.status.json"
-    cp "/run/zonedd/$id.log" "$out/rand-zonedd.log" 2>/dev/null || true
-    "$Z" delete "$id" >/dev/null
-    printf 'zonedd\t%s\n' "$iops" >>"$out/rand.tsv"
-    vm_step "random writes, zonedd, 2 drives: $iops IOPS"
-    if command -v dmzadm >/dev/null; then
-        reset_drives
-        quiet dmzadm --format "$cache" "${drives[@]}" --force
-        sz=$(( $("$Z" check --cache "$cache" "${drives[@]}" --json | jq -er .summary.nr_chunks) * ZONE_MB * 2048 ))
-        dmsetup create mdbench --table "0 $sz zoned $cache ${drives[*]}"
-        iops=$(fio_rand /dev/mapper/mdbench rand-dmzoned)
-        dmsetup remove mdbench
-        printf 'dm-zoned\t%s\n' "$iops" >>"$out/rand.tsv"
-        vm_step "random writes, dm-zoned, 2 drives: $iops IOPS"
-    fi
-    iops=$(fio_rand "$cache" rand-cache)
-    printf 'cache device\t%s\n' "$iops" >>"$out/rand.tsv"
-    vm_step "random writes, the cache device itself: $iops IOPS"
+    iops=$(fio_rand "$(sed -n 1p <<<"$res")" "rand-$name-r$r")
+    "$bin" status "$id" --json >"$out/rand-$name-r$r.status.json"
+    cp "/run/zonedd/$id.log" "$out/rand-$name-r$r.log" 2>/dev/null || true
+    "$bin" delete "$id" >/dev/null
+    printf '%s\t%s\t%s\n' "$name" "$r" "$iops" >>"$out/rand.tsv"
+    vm_step "random writes, $name, 2 drives, round $r: $iops IOPS"
+}
+if [ "$rand_secs" != 0 ]; then
+    printf 'target\tround\tIOPS\n' >"$out/rand.tsv"
+    for ((r = 1; r <= rand_rounds; r++)); do
+        # zonedd's writes on the queue threads' rings (the default) and through the pool
+        rand_zonedd zonedd "$Z"
+        rand_zonedd "zonedd (pool)" "$Z" ZONEDD_HOP_FREE_WRITES=0
+        # Another build beside this one (ZONEDD_BASE: bench-multidrive.sh --base BIN)
+        [ -z "${ZONEDD_BASE:-}" ] || rand_zonedd "zonedd (base)" "$ZONEDD_BASE"
+        if command -v dmzadm >/dev/null; then
+            reset_drives
+            quiet dmzadm --format "$cache" "${drives[@]}" --force
+            sz=$(( $("$Z" check --cache "$cache" "${drives[@]}" --json | jq -er .summary.nr_chunks) * ZONE_MB * 2048 ))
+            dmsetup create mdbench --table "0 $sz zoned $cache ${drives[*]}"
+            iops=$(fio_rand /dev/mapper/mdbench "rand-dmzoned-r$r")
+            dmsetup remove mdbench
+            printf 'dm-zoned\t%s\t%s\n' "$r" "$iops" >>"$out/rand.tsv"
+            vm_step "random writes, dm-zoned, 2 drives, round $r: $iops IOPS"
+        fi
+        # The floor: zonedd's in-memory target, no engine, no device: what a ublk round
+        # trip alone allows in this guest.
+        res=$("$Z" create --backend mem:256M)
+        id=$(sed -n 's/^id //p' <<<"$res")
+        iops=$(fio_rand "$(sed -n 1p <<<"$res")" "rand-floor-r$r")
+        "$Z" delete "$id" >/dev/null
+        printf 'floor (ublk, memory target)\t%s\t%s\n' "$r" "$iops" >>"$out/rand.tsv"
+        vm_step "random writes, zonedd's memory target, round $r: $iops IOPS"
+        iops=$(fio_rand "$cache" "rand-cache-r$r")
+        printf 'cache device\t%s\t%s\n' "$r" "$iops" >>"$out/rand.tsv"
+        vm_step "random writes, the cache device itself, round $r: $iops IOPS"
+    done
 fi
 echo "multidrive bench done"

@@ -49,31 +49,41 @@ fn out_of_order_stream_is_written_to_sequential_zones() {
 
 #[test]
 fn first_write_near_a_chunk_start_waits_in_a_buffer_far_takes_a_conventional_zone() {
-    // 16 zones of 16 MiB (4096 blocks; the stream window is 2048 blocks), 6 conventional.
+    // 16 zones of 16 MiB (4096 blocks; the stream window is 2048 blocks, and 64 pieces of
+    // the write's own length), 6 conventional.
     let dev = formatted_mem(16 << 10, 16, 6, 2);
     let mut o = test_opts();
     o.reclaim.enabled = false;
     let e = open(dev, o);
     let cs = e.chunk_size();
-    let b = vec![3u8; BS];
-    e.write(3000 * BS as u64, &b, false).unwrap();
-    let s = e.stats();
-    assert_eq!(
-        (s.zones_free_conventional, s.zones_buffer),
-        (3, 0),
-        "far: {s:?}"
-    );
-    e.write(cs + 100 * BS as u64, &b, false).unwrap();
-    let s = e.stats();
-    assert_eq!(
-        (s.zones_free_conventional, s.zones_buffer),
-        (2, 1),
-        "near: {s:?}"
-    );
-    let mut got = vec![0u8; BS];
-    for off in [3000 * BS as u64, cs + 100 * BS as u64] {
-        e.read(off, &mut got).unwrap();
-        assert!(got == b, "block at {off} differs");
+    let bs = BS as u64;
+    let one = vec![3u8; BS];
+    let piece = vec![4u8; 16 * BS];
+    let zones = |e: &dmz::engine::Engine| {
+        let s = e.stats();
+        (s.zones_free_conventional, s.zones_buffer)
+    };
+    // (chunk, block, data, conventional zones and buffer zones after it)
+    let cases: [(u64, u64, &[u8], (u64, u64)); 4] = [
+        (0, 3000, &one, (3, 0)),   // far: a random write, a conventional zone
+        (1, 40, &one, (2, 1)),     // 4 KiB 40 blocks in: an early piece
+        (2, 100, &one, (1, 1)),    // 4 KiB 100 blocks in: more than 64 of its length
+        (3, 1000, &piece, (0, 2)), // 64 KiB 1000 blocks in: within 64 pieces and the window
+    ];
+    for (chunk, block, data, want) in &cases {
+        e.write(chunk * cs + block * bs, data, false).unwrap();
+        assert_eq!(
+            zones(&e),
+            *want,
+            "chunk {chunk} block {block}: {:?}",
+            e.stats()
+        );
+    }
+    let mut got = vec![0u8; 16 * BS];
+    for (chunk, block, data, _) in &cases {
+        let off = chunk * cs + block * bs;
+        e.read(off, &mut got[..data.len()]).unwrap();
+        assert!(&got[..data.len()] == *data, "block at {off} differs");
     }
     close(e);
 }

@@ -78,6 +78,14 @@ enum Step {
 /// treated as the early piece of a sequential stream.
 const STREAM_WINDOW: u32 = 2048;
 
+/// How many pieces of its own length a stream's early piece may be ahead of the chunk's
+/// start (the pieces in flight before it). A first write of `n` blocks further than
+/// `n * STREAM_AHEAD` blocks in is taken for a random write, whatever the window: with
+/// 16 MiB zones the window alone took half of all randomly placed first 4 KiB writes for
+/// stream pieces (a sequential zone, then every later write of the chunk past its write
+/// pointer into a buffer zone, through the pool).
+const STREAM_AHEAD: u32 = 64;
+
 /// A sequential stream whose pieces arrived out of order has the early ones in the buffer
 /// zone, just past the data zone's write pointer: once the stream reaches them, copy the
 /// buffer's contiguous valid blocks at the write pointer into the data zone, as writes
@@ -245,7 +253,7 @@ fn write_step(
     let m = st.meta.mapping(chunk);
     let dz = match m.dzone {
         Some(dz) => dz,
-        None => match map_new_chunk(inner, &mut st, chunk, b, ticket)? {
+        None => match map_new_chunk(inner, &mut st, chunk, b, n, ticket)? {
             Ok(dz) => dz,
             Err(step) => return Ok(step),
         },
@@ -366,10 +374,11 @@ impl Drop for InPlace<'_> {
     }
 }
 
-/// The first write of an unmapped chunk maps a zone: at the chunk's first block a free
-/// sequential zone (streaming data is written once); a little past it too, as the early
-/// piece of a stream whose first pieces are still on their way (another ublk queue, the
-/// pool), the piece itself going to a buffer zone until the stream reaches it
+/// The first write of an unmapped chunk (`n` blocks at block `b`) maps a zone: at the
+/// chunk's first block a free sequential zone (streaming data is written once); a little
+/// past it too (within [`STREAM_WINDOW`] and [`STREAM_AHEAD`] pieces of its length), as the
+/// early piece of a stream whose first pieces are still on their way (another ublk queue,
+/// the pool), the piece itself going to a buffer zone until the stream reaches it
 /// ([`catch_up`]); anywhere else a conventional zone, like dm-zoned. `Err(step)`: what the
 /// write needs first.
 fn map_new_chunk(
@@ -377,6 +386,7 @@ fn map_new_chunk(
     st: &mut MutexGuard<'_, State>,
     chunk: ChunkId,
     b: u32,
+    n: u32,
     ticket: Option<u64>,
 ) -> Result<Result<ZoneId, Step>, EngineError> {
     let zb = inner.zone_blocks;
@@ -384,7 +394,7 @@ fn map_new_chunk(
     let seq_ok = inner.opts.direct_sequential && st.meta.can_open(inner.geo.max_active_zones, 1);
     let direct = b == 0 && seq_ok;
     let early = b != 0
-        && b < STREAM_WINDOW.min(zb)
+        && b < STREAM_WINDOW.min(zb).min(n.saturating_mul(STREAM_AHEAD))
         && seq_ok
         && st.meta.nr_free_conv() > 0
         && st.meta.nr_free_seq() > 0;
