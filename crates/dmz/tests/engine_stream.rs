@@ -64,7 +64,8 @@ fn first_write_near_a_chunk_start_waits_in_a_buffer_far_takes_a_conventional_zon
         (s.zones_free_conventional, s.zones_buffer)
     };
     // (chunk, block, data, conventional zones and buffer zones after it)
-    let cases: [(u64, u64, &[u8], (u64, u64)); 4] = [
+    type Case<'a> = (u64, u64, &'a [u8], (u64, u64));
+    let cases: [Case; 4] = [
         (0, 3000, &one, (3, 0)),   // far: a random write, a conventional zone
         (1, 40, &one, (2, 1)),     // 4 KiB 40 blocks in: an early piece
         (2, 100, &one, (1, 1)),    // 4 KiB 100 blocks in: more than 64 of its length
