@@ -9,19 +9,24 @@
 #
 #   scripts/bench-multidrive.sh [--no-build] [--rounds N] [--params "K=V ..."] [--cache-mb N]
 #                               [--job-mb N] [--rand-secs N] [--rand-rounds N] [--base BIN]
+#                               [--beyond-secs N] [--beyond-mb N]
 # (defaults: 2 rounds, a 128 MiB cache: 6 cache zones; 4 jobs of 96 MiB: 384 MiB, three times
 # what the cache zones hold, so dm-zoned, which writes every new chunk into a cache zone
 # first, is bound by its reclaim onto the drives, not by the memory cache; then 1 round of
 # 20 s of 4 KiB random writes over a span that fits the cache: zonedd, zonedd with every
 # write through the pool, dm-zoned, zonedd's in-memory target, and the cache device itself, in
-# turn; with --base BIN also that build of zonedd. --rounds 0 runs only the random writes)
+# turn; with --base BIN also that build of zonedd. --rounds 0 runs only the random writes;
+# --rand-secs 0 skips them. --beyond-secs N: also N s of random writes over a span beyond the
+# cache zones (--beyond-mb, default three times what they hold), on memory null_blk drives, a
+# multi-device volume against a single-device one with as much conventional space, zonedd
+# and dm-zoned; see scripts/bench/multidrive-guest.sh)
 #
 # Results: target/bench-vm/multidrive-<UTC stamp>/ (fio JSON, status, runs.tsv, results.txt).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd -P)
 # shellcheck source=scripts/vm/lib.sh
 source "$ROOT/scripts/vm/lib.sh"
-build=1 rounds=2 cache_mb=128 job_mb=96 rand_secs=20 rand_rounds=1 base=""
+build=1 rounds=2 cache_mb=128 job_mb=96 rand_secs=20 rand_rounds=1 base="" beyond_secs=0 beyond_mb=0
 params="outer_mbps=5 inner_mbps=5 iface_mbps=6 cache_mib=8 disk_size=20T"
 while [ $# -gt 0 ]; do
     case $1 in
@@ -33,6 +38,8 @@ while [ $# -gt 0 ]; do
     --rand-secs) rand_secs=$2 && shift ;;
     --rand-rounds) rand_rounds=$2 && shift ;;
     --base) base=$2 && shift ;;
+    --beyond-secs) beyond_secs=$2 && shift ;;
+    --beyond-mb) beyond_mb=$2 && shift ;;
     *) vm_die "unknown argument $1" ;;
     esac
     shift
@@ -50,7 +57,7 @@ cat >"$scenario" <<EOS
 #!/usr/bin/env bash
 export ZONEDD=$(vm_shq "$out/zonedd")
 ${base:+export ZONEDD_BASE=$(vm_shq "$out/zonedd-base")}
-exec bash $(vm_shq "$ROOT/scripts/bench/multidrive-guest.sh") --out $(vm_shq "$out") --params $(vm_shq "$params") --rounds $rounds --cache-mb $cache_mb --job-mb $job_mb --rand-secs $rand_secs --rand-rounds $rand_rounds
+exec bash $(vm_shq "$ROOT/scripts/bench/multidrive-guest.sh") --out $(vm_shq "$out") --params $(vm_shq "$params") --rounds $rounds --cache-mb $cache_mb --job-mb $job_mb --rand-secs $rand_secs --rand-rounds $rand_rounds --beyond-secs $beyond_secs --beyond-mb $beyond_mb
 EOS
 vm_run bench-multidrive "$scenario" 3000 "${VM_MEMORY:-4G}"
 cp "$VM_RUNS/bench-multidrive/console.log" "$out/console.log" 2>/dev/null || true
@@ -65,9 +72,10 @@ for r in csv.DictReader(open(os.path.join(out, "runs.tsv")), delimiter="\t"):
     drained.setdefault(k, []).append(float(r["drained_MBps"]))
 med = {k: statistics.median(v) for k, v in runs.items()}
 dmed = {k: statistics.median(v) for k, v in drained.items()}
-print(f"drives on the hdd model ({params}); cache {cache_mb} MiB; 4 streams x {job_mb} MiB, 1 MiB QD1 O_DIRECT, then fsync (cut at 300 s)")
-print("| target | drives | fio MB/s (median) | runs | 2 drives / 1 | MB/s until on the drives | runs | 2 drives / 1 |")
-print("|---|---|---|---|---|---|---|---|")
+if med:
+    print(f"drives on the hdd model ({params}); cache {cache_mb} MiB; 4 streams x {job_mb} MiB, 1 MiB QD1 O_DIRECT, then fsync (cut at 300 s)")
+    print("| target | drives | fio MB/s (median) | runs | 2 drives / 1 | MB/s until on the drives | runs | 2 drives / 1 |")
+    print("|---|---|---|---|---|---|---|---|")
 for (t, n), m in sorted(med.items()):
     two = med.get((t, 2), 0) / med[(t, 1)] if n == 2 and (t, 1) in med else None
     dtwo = dmed.get((t, 2), 0) / dmed[(t, 1)] if n == 2 and (t, 1) in dmed else None
@@ -99,4 +107,22 @@ if os.path.exists(rand):
         print(f"zonedd / zonedd (base): {imed['zonedd'] / imed['zonedd (base)']:.2f}x")
     if "zonedd" in imed and "dm-zoned" in imed:
         print(f"zonedd / dm-zoned: {imed['zonedd'] / imed['dm-zoned']:.2f}x")
+beyond = os.path.join(out, "beyond.tsv")
+if os.path.exists(beyond):
+    biops = {}
+    for r in csv.DictReader(open(beyond), delimiter="\t"):
+        biops.setdefault((r["target"], r["volume"]), []).append(float(r["IOPS"]))
+    bmed = {k: statistics.median(v) for k, v in biops.items()}
+    print("\n4 KiB random writes, QD32, beyond the cache zones after a sequential fill (memory null_blk devices; medians)")
+    print("| target | volume | IOPS | runs |")
+    print("|---|---|---|---|")
+    for (t, v), m in sorted(bmed.items()):
+        print(f"| {t} | {v} | {m:.0f} | {' '.join(f'{x:.0f}' for x in biops[(t, v)])} |")
+    def ratio(a, b):
+        if a in bmed and b in bmed:
+            print(f"{a[0]} {a[1]} / {b[0]} {b[1]}: {bmed[a] / bmed[b]:.2f}x")
+    print()
+    ratio(("zonedd", "multi"), ("zonedd", "single"))
+    ratio(("zonedd", "multi"), ("dm-zoned", "multi"))
+    ratio(("zonedd", "single"), ("dm-zoned", "single"))
 EOF2

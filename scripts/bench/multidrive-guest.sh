@@ -4,7 +4,7 @@
 # --timing hdd` on the scaled model), one drive against two, zonedd against the kernel's
 # dm-zoned on the same devices. fio JSON per run into OUT, a line per run in OUT/runs.tsv.
 #   multidrive-guest.sh --out DIR --params "K=V ..." --rounds N --cache-mb N --job-mb N
-#                       [--rand-secs N] [--rand-rounds N]
+#                       [--rand-secs N] [--rand-rounds N] [--beyond-secs N] [--beyond-mb N]
 # Workload: fio, 4 jobs, each writing JOB_MB from the start of its own region (1 MiB writes,
 # QD1, O_DIRECT), then fsync: the streams a filesystem's allocation groups give; a run is cut
 # at 300 s (fio's bandwidth is then of what it wrote). Each drive: 32 zones of 16 MiB, no
@@ -19,8 +19,17 @@
 # itself (issue 18's ">= 0.8x the cache device's own random-write IOPS"), and zonedd's
 # in-memory target (the floor: a ublk round trip and nothing else), RAND_ROUNDS times
 # in turn. --rounds 0 skips the streams.
+# With --beyond-secs N (0: skipped), last: sustained 4 KiB random writes (QD32, N seconds) over
+# BEYOND_MB (default: three times what the cache zones hold), a span the cache zones cannot
+# hold, so that reclaim runs under the writes (issue 18's "beyond it, no worse than the
+# single-device volume"), after a sequential fill of the span (the steady state of a
+# filesystem's overwrites: every random write lands in a full chunk, not in an empty one whose
+# reclaim would mostly write zeros), every device a memory null_blk: zonedd and dm-zoned on a
+# multi-device volume (the cache and two zoned drives of 32 zones) and on a single zoned
+# null_blk with as many conventional zones as the cache has zones and as many sequential zones
+# as the two drives, RAND_ROUNDS times in turn; a line per run in OUT/beyond.tsv.
 set -euo pipefail
-out="" params="" rounds=1 cache_mb=64 job_mb=48 rand_secs=0 rand_rounds=1
+out="" params="" rounds=1 cache_mb=64 job_mb=48 rand_secs=0 rand_rounds=1 beyond_secs=0 beyond_mb=0
 while [ $# -gt 0 ]; do
     case $1 in
     --out) out=$2 && shift ;;
@@ -30,6 +39,8 @@ while [ $# -gt 0 ]; do
     --job-mb) job_mb=$2 && shift ;;
     --rand-secs) rand_secs=$2 && shift ;;
     --rand-rounds) rand_rounds=$2 && shift ;;
+    --beyond-secs) beyond_secs=$2 && shift ;;
+    --beyond-mb) beyond_mb=$2 && shift ;;
     *) echo "unknown argument $1" >&2 && exit 2 ;;
     esac
     shift
@@ -69,9 +80,9 @@ fio_streams() { # fio_streams DEV NAME
     python3 -c 'import json, sys; print("%.2f" % (json.load(open(sys.argv[1]))["jobs"][0]["write"]["bw_bytes"] / 1e6))' \
         "$out/$2.fio.json"
 }
-fio_rand() { # fio_rand DEV NAME -> IOPS
+fio_rand() { # fio_rand DEV NAME [SPAN_MB SECS] -> IOPS (default: 64 MiB, RAND_SECS)
     fio --name="$2" --filename="$1" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k \
-        --iodepth=32 --size=64M --runtime="$rand_secs" --time_based --eta=never \
+        --iodepth=32 --size="${3:-64}M" --runtime="${4:-$rand_secs}" --time_based --eta=never \
         --output-format=json --output="$out/$2.fio.json" >/dev/null
     python3 -c 'import json, sys; print("%.0f" % json.load(open(sys.argv[1]))["jobs"][0]["write"]["iops"])' \
         "$out/$2.fio.json"
@@ -191,6 +202,67 @@ if [ "$rand_secs" != 0 ]; then
         iops=$(fio_rand "$cache" "rand-cache-r$r")
         printf 'cache device\t%s\t%s\n' "$r" "$iops" >>"$out/rand.tsv"
         vm_step "random writes, the cache device itself, round $r: $iops IOPS"
+    done
+fi
+
+if [ "$beyond_secs" != 0 ]; then
+    conv=$((cache_mb / ZONE_MB))
+    [ "$beyond_mb" != 0 ] || beyond_mb=$((3 * (conv - 2) * ZONE_MB))
+    z1=$(make_nullb mdz1 $((ZONE_MB * DRIVE_ZONES)) $ZONE_MB 0)
+    z2=$(make_nullb mdz2 $((ZONE_MB * DRIVE_ZONES)) $ZONE_MB 0)
+    one=$(make_nullb mdone $((ZONE_MB * (2 * DRIVE_ZONES + conv))) $ZONE_MB "$conv")
+    multi=(--cache "$cache" --backend "$z1" --backend "$z2")
+    single=(--backend "$one")
+    vm_step "beyond the cache: $beyond_mb MiB span; multi-device $cache $z1 $z2, single $one ($conv conventional zones)"
+    printf 'target\tvolume\tround\tIOPS\n' >"$out/beyond.tsv"
+    reset_all() {
+        local d
+        for d in "$z1" "$z2" "$one"; do quiet blkzone reset "$d"; done
+    }
+    fill() { # fill DEV: the span written sequentially, 1 MiB at a time
+        quiet fio --name=fill --filename="$1" --direct=1 --ioengine=libaio --rw=write --bs=1M \
+            --iodepth=4 --size="${beyond_mb}M" --eta=never
+    }
+    beyond_run() { # beyond_run TARGET VOLUME ROUND IOPS
+        printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$out/beyond.tsv"
+        vm_step "beyond the cache, $1, $2, round $3: $4 IOPS"
+    }
+    beyond_zonedd() { # beyond_zonedd VOLUME ROUND DEVICE-ARGS...
+        local vol=$1 r=$2 res id iops && shift 2
+        reset_all
+        quiet "$Z" format "$@" --force
+        res=$("$Z" create "$@")
+        id=$(sed -n 's/^id //p' <<<"$res")
+        fill "$(sed -n 1p <<<"$res")"
+        iops=$(fio_rand "$(sed -n 1p <<<"$res")" "beyond-zonedd-$vol-r$r" "$beyond_mb" "$beyond_secs")
+        "$Z" status "$id" --json >"$out/beyond-zonedd-$vol-r$r.status.json"
+        cp "/run/zonedd/$id.log" "$out/beyond-zonedd-$vol-r$r.log" 2>/dev/null || true
+        "$Z" delete "$id" >/dev/null
+        beyond_run zonedd "$vol" "$r" "$iops"
+    }
+    beyond_dmzoned() { # beyond_dmzoned VOLUME ROUND DEVICE...
+        local vol=$1 r=$2 sz iops && shift 2
+        reset_all
+        quiet dmzadm --format "$@" --force
+        if [ $# = 1 ]; then
+            sz=$("$Z" check "$1" --json | jq -er .summary.nr_chunks)
+        else
+            sz=$("$Z" check --cache "$1" "${@:2}" --json | jq -er .summary.nr_chunks)
+        fi
+        dmsetup create mdbench --table "0 $((sz * ZONE_MB * 2048)) zoned $*"
+        fill /dev/mapper/mdbench
+        iops=$(fio_rand /dev/mapper/mdbench "beyond-dmzoned-$vol-r$r" "$beyond_mb" "$beyond_secs")
+        dmsetup status mdbench >"$out/beyond-dmzoned-$vol-r$r.status.txt"
+        dmsetup remove mdbench
+        beyond_run dm-zoned "$vol" "$r" "$iops"
+    }
+    for ((r = 1; r <= rand_rounds; r++)); do
+        beyond_zonedd multi "$r" "${multi[@]}"
+        beyond_zonedd single "$r" "${single[@]}"
+        if command -v dmzadm >/dev/null; then
+            beyond_dmzoned multi "$r" "$cache" "$z1" "$z2"
+            beyond_dmzoned single "$r" "$one"
+        fi
     done
 fi
 echo "multidrive bench done"
