@@ -168,48 +168,6 @@ fn data(id: u64, block: u64, n: u64) -> Vec<u8> {
     buf
 }
 
-/// A cache that hands out a source, as an `O_DIRECT` cache block device does, behind a
-/// fault injector: writes "through the source" are made on the injector directly, passing
-/// the volume (and its per-member dirty flags) by, as a queue thread's ring writes do.
-struct SourceCache(zbd::FaultyDevice<RegularDevice>);
-
-impl ZonedDevice for SourceCache {
-    fn geometry(&self) -> zbd::Geometry {
-        self.0.geometry()
-    }
-    fn report_zones(&self, first: u32, nr: u32) -> zbd::Result<Vec<zbd::Zone>> {
-        self.0.report_zones(first, nr)
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> zbd::Result<()> {
-        self.0.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> zbd::Result<()> {
-        self.0.write_at(buf, offset)
-    }
-    fn zone_mgmt(&self, op: zbd::ZoneOp, zone: u32) -> zbd::Result<()> {
-        self.0.zone_mgmt(op, zone)
-    }
-    fn reset_all(&self) -> zbd::Result<()> {
-        self.0.reset_all()
-    }
-    fn flush(&self) -> zbd::Result<()> {
-        self.0.flush()
-    }
-    fn describe(&self) -> String {
-        "cache with a source".into()
-    }
-    fn read_source(&self) -> Option<zbd::ReadSource> {
-        Some(zbd::ReadSource {
-            fd: -1,
-            base: 0,
-            end: None,
-            direct: true,
-            conv_writes: true,
-            seq_writes: false,
-        })
-    }
-}
-
 /// The write the cache rule is for: an overwrite that needs no log record (its zone's
 /// records are all on the device), written through the source, then a flush. Nothing of the
 /// flush goes through the volume to the cache, yet the flush must make the write durable: a
@@ -217,9 +175,22 @@ impl ZonedDevice for SourceCache {
 /// the cache flushed only when the volume saw it written, the old data comes back.)
 #[test]
 fn a_flush_covers_an_unlogged_write_made_through_the_source() {
-    let cache = Arc::new(SourceCache(
-        zbd::FaultyDevice::new(RegularDevice::new_mem(CACHE_ZONES * ZS, ZS).unwrap()).unwrap(),
-    ));
+    // A cache that hands out a source, as an `O_DIRECT` cache block device does, behind a
+    // fault injector: writes "through the source" are made on the injector directly,
+    // passing the volume (and its per-member dirty flags) by, as a queue thread's ring
+    // writes do.
+    let cache = Arc::new(
+        zbd::FaultyDevice::new(RegularDevice::new_mem(CACHE_ZONES * ZS, ZS).unwrap())
+            .unwrap()
+            .with_read_source(zbd::ReadSource {
+                fd: -1,
+                base: 0,
+                end: None,
+                direct: true,
+                conv_writes: true,
+                seq_writes: false,
+            }),
+    );
     let drive =
         Arc::new(zbd::FaultyDevice::new(MemDevice::with_zones(ZS, 16, 4).unwrap()).unwrap());
     let compose = || {
@@ -238,7 +209,7 @@ fn a_flush_covers_an_unlogged_write_made_through_the_source() {
         .plan_write(at * B, &new)
         .expect("an overwrite on the cache");
     assert!(plan.sync_first().is_none());
-    cache.0.write_at(&new, plan.device_offset()).unwrap();
+    cache.write_at(&new, plan.device_offset()).unwrap();
     let w = plan.complete(&new).unwrap();
     e.sync(w).unwrap();
     assert_eq!(
@@ -248,7 +219,7 @@ fn a_flush_covers_an_unlogged_write_made_through_the_source() {
     );
     e.flush().unwrap();
     crash(e);
-    cache.0.power_cut(|_| false).unwrap();
+    cache.power_cut(|_| false).unwrap();
     drive.power_cut(|_| false).unwrap();
     let e = open(compose(), opts());
     let mut got = vec![0u8; 2 * B as usize];

@@ -27,7 +27,7 @@
 //!
 //! Everything is serialised (writes hold a lock while they run), which is fine for tests.
 
-use crate::{Geometry, Result, ZbdError, Zone, ZoneCondition, ZoneOp, ZonedDevice};
+use crate::{Geometry, ReadSource, Result, ZbdError, Zone, ZoneCondition, ZoneOp, ZonedDevice};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -126,6 +126,8 @@ pub struct FaultyDevice<D: ZonedDevice> {
     log: Mutex<Log>,
     /// Conditions set here because the wrapped device cannot (read-only / offline).
     overrides: Mutex<HashMap<u32, ZoneCondition>>,
+    /// The source handed out ([`FaultyDevice::with_read_source`]); none by default.
+    source: Option<ReadSource>,
 }
 
 impl<D: ZonedDevice> FaultyDevice<D> {
@@ -142,7 +144,17 @@ impl<D: ZonedDevice> FaultyDevice<D> {
             rules: Mutex::new(Vec::new()),
             log: Mutex::new(Log::default()),
             overrides: Mutex::new(HashMap::new()),
+            source: None,
         })
+    }
+
+    /// Hand out `source` from [`ZonedDevice::read_source`], as an `O_DIRECT` block device
+    /// does, for tests of the code that plans I/O through a source: its `fd` need not be
+    /// real (the test makes the planned I/O itself, on this wrapper, passing by whatever
+    /// wraps it, as a queue thread's ring does). Nothing here reads or writes through it.
+    pub fn with_read_source(mut self, source: ReadSource) -> FaultyDevice<D> {
+        self.source = Some(source);
+        self
     }
 
     /// The wrapped device.
@@ -573,6 +585,10 @@ impl<D: ZonedDevice> ZonedDevice for FaultyDevice<D> {
 
     fn describe(&self) -> String {
         format!("{} (fault injection)", self.inner.describe())
+    }
+
+    fn read_source(&self) -> Option<ReadSource> {
+        self.source
     }
 
     /// The wrapped device's members: a wrapped multi-device volume keeps its shape. (A

@@ -353,7 +353,8 @@ pub trait ZonedDevice: Send + Sync {
 
     /// Where a caller with its own io_uring may read this device's data itself (see
     /// [`ReadSource`]); `None` (the default) when reads must go through [`ZonedDevice::read_at`]:
-    /// memory devices, and wrappers that change what reads see (fault injection, power cuts).
+    /// memory devices, and wrappers that change what reads see (fault injection, power cuts;
+    /// [`FaultyDevice::with_read_source`] hands out a stand-in for tests).
     fn read_source(&self) -> Option<ReadSource> {
         None
     }

@@ -179,55 +179,25 @@ fn open_multi_refuses_bad_device_lists() {
     assert!(msg(zbd::open_multi(&cache, &[&z1], true)).contains("in use"));
 }
 
-/// A cache that hands out a read source, as an `O_DIRECT` cache block device does: a
-/// FaultyDevice (which counts unflushed writes) whose source is a stand-in.
-struct SourceCache(FaultyDevice<RegularDevice>);
-
-impl ZonedDevice for SourceCache {
-    fn geometry(&self) -> zbd::Geometry {
-        self.0.geometry()
-    }
-    fn report_zones(&self, first: u32, nr: u32) -> zbd::Result<Vec<zbd::Zone>> {
-        self.0.report_zones(first, nr)
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> zbd::Result<()> {
-        self.0.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> zbd::Result<()> {
-        self.0.write_at(buf, offset)
-    }
-    fn zone_mgmt(&self, op: zbd::ZoneOp, zone: u32) -> zbd::Result<()> {
-        self.0.zone_mgmt(op, zone)
-    }
-    fn reset_all(&self) -> zbd::Result<()> {
-        self.0.reset_all()
-    }
-    fn flush(&self) -> zbd::Result<()> {
-        self.0.flush()
-    }
-    fn describe(&self) -> String {
-        "cache with a source".into()
-    }
-    fn read_source(&self) -> Option<zbd::ReadSource> {
-        Some(zbd::ReadSource {
-            fd: 0,
-            base: 0,
-            end: None,
-            direct: true,
-            conv_writes: true,
-            seq_writes: false,
-        })
-    }
-}
-
 /// The volume hands out its cache's source, limited to the cache's usable zones (the
 /// runt excluded), and since writes through it pass the volume by, flushes the cache at
 /// every flush: none of them is lost to a power cut after the volume's flush.
 #[test]
 fn a_cache_source_is_limited_to_the_cache_and_always_flushed() {
-    let c = Arc::new(SourceCache(
-        FaultyDevice::new(RegularDevice::new_mem(4 * ZS + ZS / 2, ZS).unwrap()).unwrap(),
-    ));
+    // A cache that hands out a source, as an `O_DIRECT` cache block device does (a
+    // stand-in: the test writes "through it" on the injector itself).
+    let c = Arc::new(
+        FaultyDevice::new(RegularDevice::new_mem(4 * ZS + ZS / 2, ZS).unwrap())
+            .unwrap()
+            .with_read_source(zbd::ReadSource {
+                fd: 0,
+                base: 0,
+                end: None,
+                direct: true,
+                conv_writes: true,
+                seq_writes: false,
+            }),
+    );
     let d = Arc::new(FaultyDevice::new(MemDevice::with_zones(ZS, 4, 0).unwrap()).unwrap());
     let m = MultiDevice::new(c.clone(), vec![d.clone()]).unwrap();
     let src = m.read_source().expect("the cache's source");
@@ -238,23 +208,23 @@ fn a_cache_source_is_limited_to_the_cache_and_always_flushed() {
     assert!(!src.covers(5 * ZS, 4096), "not the drive's zones");
     // A write "through the source": straight to the cache, not through the volume.
     let a = vec![0x5au8; 4096];
-    c.0.write_at(&a, ZS).unwrap();
-    assert_eq!(c.0.pending_writes(), 1);
+    c.write_at(&a, ZS).unwrap();
+    assert_eq!(c.pending_writes(), 1);
     m.flush().unwrap();
     assert_eq!(
-        c.0.pending_writes(),
+        c.pending_writes(),
         0,
         "flushed although no write went through the volume"
     );
-    c.0.write_at(&a, 2 * ZS).unwrap();
+    c.write_at(&a, 2 * ZS).unwrap();
     m.flush_member(0).unwrap();
-    assert_eq!(c.0.pending_writes(), 0);
+    assert_eq!(c.pending_writes(), 0);
     // The drives still flush only when written.
     m.write_at(&a, 5 * ZS).unwrap();
     assert_eq!(d.pending_writes(), 1);
     m.flush().unwrap();
     assert_eq!(d.pending_writes(), 0);
-    c.0.power_cut(|_| false).unwrap();
+    c.power_cut(|_| false).unwrap();
     let mut b = vec![0u8; 4096];
     for off in [ZS, 2 * ZS, 5 * ZS] {
         m.read_at(&mut b, off).unwrap();
