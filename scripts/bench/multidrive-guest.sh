@@ -130,12 +130,22 @@ run_zonedd() { # run_zonedd NR_DRIVES ROUND
 
 # "0 SIZE zoned N zones FREE/TOTAL cache ...": the free cache zones
 dm_free() { dmsetup status mdbench | awk '{ for (i = 2; i <= NF; i++) if ($i == "cache") { split($(i - 1), a, "/"); print a[1] } }'; }
+# dm_setup DEVICE...: dmzadm formats DEVICE... (a cache and zoned drives, or one zoned
+# device) and /dev/mapper/mdbench maps every chunk of it (the size from zonedd's check)
+dm_setup() {
+    local chunks
+    quiet dmzadm --format "$@" --force
+    if [ $# = 1 ]; then
+        chunks=$("$Z" check "$1" --json | jq -er .summary.nr_chunks)
+    else
+        chunks=$("$Z" check --cache "$1" "${@:2}" --json | jq -er .summary.nr_chunks)
+    fi
+    dmsetup create mdbench --table "0 $((chunks * ZONE_MB * 2048)) zoned $*"
+}
 run_dmzoned() { # run_dmzoned NR_DRIVES ROUND
-    local n=$1 sz mbps before t0 secs
+    local n=$1 mbps before t0 secs
     reset_drives
-    quiet dmzadm --format "$cache" "${drives[@]:0:$n}" --force
-    sz=$(( $("$Z" check --cache "$cache" "${drives[@]:0:$n}" --json | jq -er .summary.nr_chunks) * ZONE_MB * 2048 ))
-    dmsetup create mdbench --table "0 $sz zoned $cache ${drives[*]:0:$n}"
+    dm_setup "$cache" "${drives[@]:0:$n}"
     before=$(dm_free)
     snap "dmzoned-$n-r$2.before"
     t0=$EPOCHREALTIME
@@ -183,9 +193,7 @@ if [ "$rand_secs" != 0 ]; then
         [ -z "${ZONEDD_BASE:-}" ] || rand_zonedd "zonedd (base)" "$ZONEDD_BASE"
         if command -v dmzadm >/dev/null; then
             reset_drives
-            quiet dmzadm --format "$cache" "${drives[@]}" --force
-            sz=$(( $("$Z" check --cache "$cache" "${drives[@]}" --json | jq -er .summary.nr_chunks) * ZONE_MB * 2048 ))
-            dmsetup create mdbench --table "0 $sz zoned $cache ${drives[*]}"
+            dm_setup "$cache" "${drives[@]}"
             iops=$(fio_rand /dev/mapper/mdbench "rand-dmzoned-r$r")
             dmsetup remove mdbench
             printf 'dm-zoned\t%s\t%s\n' "$r" "$iops" >>"$out/rand.tsv"
@@ -228,28 +236,23 @@ if [ "$beyond_secs" != 0 ]; then
         vm_step "beyond the cache, $1, $2, round $3: $4 IOPS"
     }
     beyond_zonedd() { # beyond_zonedd VOLUME ROUND DEVICE-ARGS...
-        local vol=$1 r=$2 res id iops && shift 2
+        local vol=$1 r=$2 res id bdev iops && shift 2
         reset_all
         quiet "$Z" format "$@" --force
         res=$("$Z" create "$@")
         id=$(sed -n 's/^id //p' <<<"$res")
-        fill "$(sed -n 1p <<<"$res")"
-        iops=$(fio_rand "$(sed -n 1p <<<"$res")" "beyond-zonedd-$vol-r$r" "$beyond_mb" "$beyond_secs")
+        bdev=$(sed -n 1p <<<"$res")
+        fill "$bdev"
+        iops=$(fio_rand "$bdev" "beyond-zonedd-$vol-r$r" "$beyond_mb" "$beyond_secs")
         "$Z" status "$id" --json >"$out/beyond-zonedd-$vol-r$r.status.json"
         cp "/run/zonedd/$id.log" "$out/beyond-zonedd-$vol-r$r.log" 2>/dev/null || true
         "$Z" delete "$id" >/dev/null
         beyond_run zonedd "$vol" "$r" "$iops"
     }
     beyond_dmzoned() { # beyond_dmzoned VOLUME ROUND DEVICE...
-        local vol=$1 r=$2 sz iops && shift 2
+        local vol=$1 r=$2 iops && shift 2
         reset_all
-        quiet dmzadm --format "$@" --force
-        if [ $# = 1 ]; then
-            sz=$("$Z" check "$1" --json | jq -er .summary.nr_chunks)
-        else
-            sz=$("$Z" check --cache "$1" "${@:2}" --json | jq -er .summary.nr_chunks)
-        fi
-        dmsetup create mdbench --table "0 $((sz * ZONE_MB * 2048)) zoned $*"
+        dm_setup "$@"
         fill /dev/mapper/mdbench
         iops=$(fio_rand /dev/mapper/mdbench "beyond-dmzoned-$vol-r$r" "$beyond_mb" "$beyond_secs")
         dmsetup status mdbench >"$out/beyond-dmzoned-$vol-r$r.status.txt"
