@@ -123,6 +123,10 @@ pub(super) fn evaluate(
     busy: &mut bool,
 ) -> (Option<Mode>, Option<Instant>) {
     if st.waiters > 0 {
+        // A writer ran out of zones: once it has one, work ahead up to the high watermark.
+        // Left to the free count alone, busy mode did not start when the urgent pass had
+        // freed zones faster than the writer woke to take one (free inside the band).
+        *busy = true;
         return (Some(Mode::Urgent), None);
     }
     let pct = free_pct(st);
