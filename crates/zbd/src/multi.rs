@@ -7,7 +7,9 @@
 //! members, so every request goes to exactly one member, translated by its zone offset.
 //!
 //! Flush: each member remembers whether it took a write (or a zone reset) since its last
-//! flush; [`ZonedDevice::flush`] flushes exactly those members (in parallel), so after it
+//! flush; [`ZonedDevice::flush`] flushes exactly those members (in parallel: the first on the
+//! caller's thread, each other one on its member's flush thread, started at its first
+//! parallel flush and blocked on its channel in between), so after it
 //! every completed write on every drive is durable; [`ZonedDevice::flush_member`] flushes
 //! one. The engine's one flush point before each metadata commit therefore also flushes the
 //! zoned drives its new metadata points into (the kernel flushes only the metadata device,
@@ -23,7 +25,18 @@ use crate::{
     Geometry, Member, ReadSource, Result, ZbdError, Zone, ZoneCondition, ZoneOp, ZonedDevice,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, OnceLock};
+use std::thread::JoinHandle;
+
+/// A flush request to a member's flush thread: where to send the result.
+type FlushReply = mpsc::SyncSender<Result<()>>;
+
+/// A member's flush thread: it flushes its member once per request, and ends when its
+/// sender is dropped (with the volume).
+struct Helper {
+    tx: mpsc::Sender<FlushReply>,
+    thread: JoinHandle<()>,
+}
 
 struct Part {
     dev: Arc<dyn ZonedDevice>,
@@ -43,7 +56,10 @@ impl Part {
 
 /// A cache device and zoned drives as one device (see the module docs).
 pub struct MultiDevice {
-    parts: Vec<Part>,
+    parts: Vec<Arc<Part>>,
+    /// Each member's flush thread, started at its first parallel flush; `None` inside if it
+    /// could not start (the member is then flushed on the caller's thread).
+    helpers: Vec<OnceLock<Option<Helper>>>,
     geo: Geometry,
     /// The cache device's read source, up to the end of its last usable zone.
     source: Option<ReadSource>,
@@ -82,13 +98,13 @@ impl MultiDevice {
                 seq_writes: false,
                 ..s
             });
-        let mut parts = vec![Part {
+        let mut parts = vec![Arc::new(Part {
             first_zone: 0,
             nr_zones: cg.nr_zones,
             dev: cache,
             dirty: AtomicBool::new(false),
             unseen_writes: source.is_some(),
-        }];
+        })];
         let mut next = cg.nr_zones;
         for d in zoned {
             let g = d.geometry();
@@ -113,19 +129,25 @@ impl MultiDevice {
             geo.max_open_zones = min_limit(geo.max_open_zones, g.max_open_zones);
             geo.max_active_zones = min_limit(geo.max_active_zones, g.max_active_zones);
             let nr = g.nr_zones;
-            parts.push(Part {
+            parts.push(Arc::new(Part {
                 first_zone: next,
                 nr_zones: nr,
                 dev: d,
                 dirty: AtomicBool::new(false),
                 unseen_writes: false,
-            });
+            }));
             next = next
                 .checked_add(nr)
                 .ok_or_else(|| ZbdError::Open("too many zones for 32-bit zone ids".into()))?;
         }
         geo.nr_zones = next;
-        Ok(MultiDevice { parts, geo, source })
+        let helpers = parts.iter().map(|_| OnceLock::new()).collect();
+        Ok(MultiDevice {
+            parts,
+            helpers,
+            geo,
+            source,
+        })
     }
 
     /// The member holding zone `zone` and the zone's number on it.
@@ -143,6 +165,26 @@ impl MultiDevice {
         Ok((p, offset - self.geo.zone_start(p.first_zone)))
     }
 
+    /// Member `i`'s flush thread, started now if it is not yet.
+    fn helper(&self, i: usize) -> Option<&Helper> {
+        self.helpers[i]
+            .get_or_init(|| {
+                let (tx, rx) = mpsc::channel::<FlushReply>();
+                let part = Arc::clone(&self.parts[i]);
+                let thread = std::thread::Builder::new()
+                    .name("zbd-flush".into())
+                    .spawn(move || {
+                        for reply in rx {
+                            // The caller may have gone (it never does before replies).
+                            let _ = reply.send(Self::flush_part(&part));
+                        }
+                    })
+                    .ok()?;
+                Some(Helper { tx, thread })
+            })
+            .as_ref()
+    }
+
     fn flush_part(p: &Part) -> Result<()> {
         if !p.dirty.swap(false, Ordering::AcqRel) && !p.unseen_writes {
             return Ok(());
@@ -150,6 +192,19 @@ impl MultiDevice {
         p.dev
             .flush()
             .inspect_err(|_| p.dirty.store(true, Ordering::Release))
+    }
+}
+
+impl Drop for MultiDevice {
+    /// Ends the flush threads and waits for them, so that no member outlives the volume
+    /// (a device reopened right after must not find it still open).
+    fn drop(&mut self) {
+        for h in &mut self.helpers {
+            if let Some(Some(h)) = h.take() {
+                drop(h.tx);
+                let _ = h.thread.join();
+            }
+        }
     }
 }
 
@@ -222,27 +277,32 @@ impl ZonedDevice for MultiDevice {
     }
 
     fn flush(&self) -> Result<()> {
-        let dirty: Vec<&Part> = self.parts.iter().filter(|p| p.needs_flush()).collect();
-        if dirty.len() <= 1 {
-            return dirty.into_iter().try_for_each(Self::flush_part);
-        }
+        let dirty: Vec<usize> = (0..self.parts.len())
+            .filter(|&i| self.parts[i].needs_flush())
+            .collect();
+        let Some((&first, others)) = dirty.split_first() else {
+            return Ok(());
+        };
         // Drives flush in parallel: a flush of an SMR drive can take tens of milliseconds.
-        std::thread::scope(|s| {
-            let hs: Vec<_> = dirty
-                .iter()
-                .map(|p| s.spawn(|| Self::flush_part(p)))
-                .collect();
-            let mut first = Ok(());
-            for h in hs {
-                let r = h
-                    .join()
-                    .unwrap_or_else(|_| Err(ZbdError::device("flush thread panicked", libc::EIO)));
-                if first.is_ok() {
-                    first = r;
-                }
+        // The others go to their flush threads (a thread started per flush cost more than a
+        // memory device's whole flush in the VM), the first is flushed here meanwhile.
+        let (reply, results) = mpsc::sync_channel(others.len());
+        let mut result = Ok(());
+        let mut asked = 0;
+        for &i in others {
+            match self.helper(i) {
+                Some(h) if h.tx.send(reply.clone()).is_ok() => asked += 1,
+                _ => result = result.and(Self::flush_part(&self.parts[i])),
             }
-            first
-        })
+        }
+        result = Self::flush_part(&self.parts[first]).and(result);
+        for _ in 0..asked {
+            let r = results.recv().unwrap_or_else(|_| {
+                Err(ZbdError::device("a member's flush thread ended", libc::EIO))
+            });
+            result = result.and(r);
+        }
+        result
     }
 
     fn flush_member(&self, index: usize) -> Result<()> {

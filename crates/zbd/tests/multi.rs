@@ -136,12 +136,26 @@ fn per_member_flush_and_power_cut() {
         (c.pending_writes(), d1.pending_writes(), d2.pending_writes()),
         (0, 0, 0)
     );
-    // A failing drive flush fails the volume's flush and stays due.
+    // A failing drive flush fails the volume's flush and stays due; the members flushed
+    // beside it (on the caller's thread and on a flush thread) are flushed all the same.
+    m.write_at(&a, ZS).unwrap();
+    m.write_at(&a, 5 * ZS).unwrap();
     m.write_at(&a, 9 * ZS).unwrap();
     d2.fail_nth(zbd::OpClass::Flush, 1, libc::EIO);
     assert_eq!(m.flush().unwrap_err().errno(), libc::EIO);
+    assert_eq!(
+        (c.pending_writes(), d1.pending_writes(), d2.pending_writes()),
+        (0, 0, 1)
+    );
     m.flush().unwrap();
     assert_eq!(d2.pending_writes(), 0);
+    // The flush threads end with the volume: nothing holds its members afterwards.
+    drop(m);
+    assert_eq!(
+        (Arc::strong_count(&d1), Arc::strong_count(&d2)),
+        (1, 1),
+        "a flush thread outlived the volume"
+    );
 }
 
 #[test]
