@@ -9,7 +9,7 @@
 #
 #   scripts/bench-multidrive.sh [--no-build] [--rounds N] [--params "K=V ..."] [--cache-mb N]
 #                               [--job-mb N] [--rand-secs N] [--rand-rounds N] [--base BIN]
-#                               [--beyond-secs N] [--beyond-mb N]
+#                               [--beyond-secs N] [--beyond-mb N] [--beyond-no-dmzoned]
 # (defaults: 2 rounds, a 128 MiB cache: 6 cache zones; 4 jobs of 96 MiB: 384 MiB, three times
 # what the cache zones hold, so dm-zoned, which writes every new chunk into a cache zone
 # first, is bound by its reclaim onto the drives, not by the memory cache; then 1 round of
@@ -19,14 +19,15 @@
 # --rand-secs 0 skips them. --beyond-secs N: also N s of random writes over a span beyond the
 # cache zones (--beyond-mb, default three times what they hold), on memory null_blk drives, a
 # multi-device volume against a single-device one with as much conventional space, zonedd
-# and dm-zoned; see scripts/bench/multidrive-guest.sh)
+# and dm-zoned (--beyond-no-dmzoned: zonedd only), with --base BIN also that build on the
+# multi-device volume; see scripts/bench/multidrive-guest.sh)
 #
 # Results: target/bench-vm/multidrive-<UTC stamp>/ (fio JSON, status, runs.tsv, results.txt).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd -P)
 # shellcheck source=scripts/vm/lib.sh
 source "$ROOT/scripts/vm/lib.sh"
-build=1 rounds=2 cache_mb=128 job_mb=96 rand_secs=20 rand_rounds=1 base="" beyond_secs=0 beyond_mb=0
+build=1 rounds=2 cache_mb=128 job_mb=96 rand_secs=20 rand_rounds=1 base="" beyond_secs=0 beyond_mb=0 beyond_dmzoned=1
 params="outer_mbps=5 inner_mbps=5 iface_mbps=6 cache_mib=8 disk_size=20T"
 while [ $# -gt 0 ]; do
     case $1 in
@@ -40,6 +41,7 @@ while [ $# -gt 0 ]; do
     --base) base=$2 && shift ;;
     --beyond-secs) beyond_secs=$2 && shift ;;
     --beyond-mb) beyond_mb=$2 && shift ;;
+    --beyond-no-dmzoned) beyond_dmzoned=0 ;;
     *) vm_die "unknown argument $1" ;;
     esac
     shift
@@ -57,6 +59,7 @@ cat >"$scenario" <<EOS
 #!/usr/bin/env bash
 export ZONEDD=$(vm_shq "$out/zonedd")
 ${base:+export ZONEDD_BASE=$(vm_shq "$out/zonedd-base")}
+export BEYOND_DMZONED=$beyond_dmzoned
 exec bash $(vm_shq "$ROOT/scripts/bench/multidrive-guest.sh") --out $(vm_shq "$out") --params $(vm_shq "$params") --rounds $rounds --cache-mb $cache_mb --job-mb $job_mb --rand-secs $rand_secs --rand-rounds $rand_rounds --beyond-secs $beyond_secs --beyond-mb $beyond_mb
 EOS
 vm_run bench-multidrive "$scenario" 3000 "${VM_MEMORY:-4G}"
@@ -123,6 +126,8 @@ if os.path.exists(beyond):
             print(f"{a[0]} {a[1]} / {b[0]} {b[1]}: {bmed[a] / bmed[b]:.2f}x")
     print()
     ratio(("zonedd", "multi"), ("zonedd", "single"))
+    ratio(("zonedd (base)", "multi"), ("zonedd", "single"))
+    ratio(("zonedd", "multi"), ("zonedd (base)", "multi"))
     ratio(("zonedd", "multi"), ("dm-zoned", "multi"))
     ratio(("zonedd", "single"), ("dm-zoned", "single"))
 EOF2

@@ -235,11 +235,11 @@ if [ "$beyond_secs" != 0 ]; then
         printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$out/beyond.tsv"
         vm_step "beyond the cache, $1, $2, round $3: $4 IOPS"
     }
-    beyond_zonedd() { # beyond_zonedd VOLUME ROUND DEVICE-ARGS...
-        local vol=$1 r=$2 res id bdev iops && shift 2
+    beyond_zonedd() { # beyond_zonedd TARGET BINARY VOLUME ROUND DEVICE-ARGS...
+        local target=$1 bin=$2 vol=$3 r=$4 res id bdev iops && shift 4
         reset_all
-        quiet "$Z" format "$@" --force
-        res=$("$Z" create "$@")
+        quiet "$bin" format "$@" --force
+        res=$("$bin" create "$@")
         id=$(sed -n 's/^id //p' <<<"$res")
         bdev=$(sed -n 1p <<<"$res")
         fill "$bdev"
@@ -247,7 +247,7 @@ if [ "$beyond_secs" != 0 ]; then
         "$Z" status "$id" --json >"$out/beyond-zonedd-$vol-r$r.status.json"
         cp "/run/zonedd/$id.log" "$out/beyond-zonedd-$vol-r$r.log" 2>/dev/null || true
         "$Z" delete "$id" >/dev/null
-        beyond_run zonedd "$vol" "$r" "$iops"
+        beyond_run "$target" "$vol" "$r" "$iops"
     }
     beyond_dmzoned() { # beyond_dmzoned VOLUME ROUND DEVICE...
         local vol=$1 r=$2 iops && shift 2
@@ -260,9 +260,12 @@ if [ "$beyond_secs" != 0 ]; then
         beyond_run dm-zoned "$vol" "$r" "$iops"
     }
     for ((r = 1; r <= rand_rounds; r++)); do
-        beyond_zonedd multi "$r" "${multi[@]}"
-        beyond_zonedd single "$r" "${single[@]}"
-        if command -v dmzadm >/dev/null; then
+        beyond_zonedd zonedd "$Z" multi "$r" "${multi[@]}"
+        # Another build beside this one (ZONEDD_BASE: bench-multidrive.sh --base BIN)
+        [ -z "${ZONEDD_BASE:-}" ] ||
+            beyond_zonedd "zonedd (base)" "$ZONEDD_BASE" multi "$r" "${multi[@]}"
+        beyond_zonedd zonedd "$Z" single "$r" "${single[@]}"
+        if [ "${BEYOND_DMZONED:-1}" = 1 ] && command -v dmzadm >/dev/null; then
             beyond_dmzoned multi "$r" "$cache" "$z1" "$z2"
             beyond_dmzoned single "$r" "$one"
         fi
