@@ -236,17 +236,18 @@ if [ "$beyond_secs" != 0 ]; then
         vm_step "beyond the cache, $1, $2, round $3: $4 IOPS"
     }
     beyond_zonedd() { # beyond_zonedd TARGET BINARY VOLUME ROUND DEVICE-ARGS...
-        local target=$1 bin=$2 vol=$3 r=$4 res id bdev iops && shift 4
+        local target=$1 bin=$2 vol=$3 r=$4 res id bdev iops name && shift 4
+        name=beyond-${target//[^a-z-]/}-$vol-r$r
         reset_all
         quiet "$bin" format "$@" --force
         res=$("$bin" create "$@")
         id=$(sed -n 's/^id //p' <<<"$res")
         bdev=$(sed -n 1p <<<"$res")
         fill "$bdev"
-        iops=$(fio_rand "$bdev" "beyond-zonedd-$vol-r$r" "$beyond_mb" "$beyond_secs")
-        "$Z" status "$id" --json >"$out/beyond-zonedd-$vol-r$r.status.json"
-        cp "/run/zonedd/$id.log" "$out/beyond-zonedd-$vol-r$r.log" 2>/dev/null || true
-        "$Z" delete "$id" >/dev/null
+        iops=$(fio_rand "$bdev" "$name" "$beyond_mb" "$beyond_secs")
+        "$bin" status "$id" --json >"$out/$name.status.json"
+        cp "/run/zonedd/$id.log" "$out/$name.log" 2>/dev/null || true
+        "$bin" delete "$id" >/dev/null
         beyond_run "$target" "$vol" "$r" "$iops"
     }
     beyond_dmzoned() { # beyond_dmzoned VOLUME ROUND DEVICE...
