@@ -278,6 +278,8 @@ struct Inner {
     geo: Geometry,
     layout: Layout,
     zone_blocks: u32,
+    /// Each member device's zones (one range for a single device).
+    members: Vec<std::ops::Range<u32>>,
     sb: Mutex<Superblock>,
     opts: EngineOptions,
     state: Mutex<State>,

@@ -47,7 +47,13 @@ pub(in crate::engine) fn load(
     meta.log.start_at(next_seq);
 
     let nr_locks = (layout.nr_chunks as usize).clamp(1, 4096);
+    let members = dev
+        .members()
+        .into_iter()
+        .map(|m| m.first_zone..m.first_zone + m.nr_zones)
+        .collect();
     let inner = Inner {
+        members,
         geo: dev.geometry(),
         dev,
         zone_blocks: layout.zone_blocks,

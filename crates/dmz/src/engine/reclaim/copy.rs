@@ -54,8 +54,28 @@ pub(super) fn abandon(
     Err(err)
 }
 
-/// Copy the runs into `dst` in batches of up to 1 MiB (zeros for holes of a sequential
-/// destination). Returns the blocks written.
+/// Blocks to read, then write, at a time: `copy_batch_blocks` within one device, where each
+/// switch between source and destination is a seek on a disk (on the hdd model a drain
+/// within one drive ran 1.9x faster in 8 MiB batches than in 1 MiB ones), and 1 MiB from a
+/// multi-device volume's cache onto a drive, where the drive's write cache takes each write
+/// at once and writes it out while the next is read (there larger batches ran slower: 0.94x
+/// at 8 MiB).
+fn batch_blocks(inner: &Inner, dst: ZoneId, runs: &Runs) -> u32 {
+    let member = |z: ZoneId| inner.members.iter().position(|m| m.contains(&z.0));
+    let within = runs
+        .iter()
+        .filter_map(|r| r.2)
+        .all(|src| member(src) == member(dst));
+    let batch = if within {
+        inner.opts.reclaim.copy_batch_blocks
+    } else {
+        IO_BATCH_BLOCKS
+    };
+    batch.clamp(1, inner.zone_blocks)
+}
+
+/// Copy the runs into `dst` in batches (zeros for holes of a sequential destination):
+/// [`batch_blocks`]. Returns the blocks written.
 pub(super) fn copy(
     inner: &Inner,
     dst: ZoneId,
@@ -63,13 +83,13 @@ pub(super) fn copy(
     runs: &Runs,
     mode: Mode,
 ) -> Result<u64, EngineError> {
-    const BATCH: u32 = IO_BATCH_BLOCKS;
+    let batch = batch_blocks(inner, dst, runs);
     let dev = &*inner.dev;
     // 4 KiB-aligned, so that an O_DIRECT backend reads and writes it without a bounce copy.
-    let mut buf = zbd::AlignedBuf::new_zeroed(BATCH as usize * BLOCK);
+    let mut buf = zbd::AlignedBuf::new_zeroed(batch as usize * BLOCK);
     let mut written = 0u64;
     inner.stats.reclaim_progress.store(0, Ordering::Relaxed);
-    // Pieces of at most BATCH blocks, never crossing a run.
+    // Pieces of at most `batch` blocks, never crossing a run.
     let mut pieces: Vec<(u32, u32, Option<ZoneId>)> = Vec::new();
     for &(start, len, src) in runs {
         if src.is_none() && !dst_seq {
@@ -77,7 +97,7 @@ pub(super) fn copy(
         }
         let mut o = 0;
         while o < len {
-            let n = (len - o).min(BATCH);
+            let n = (len - o).min(batch);
             pieces.push((start + o, n, src));
             o += n;
         }
@@ -88,7 +108,7 @@ pub(super) fn copy(
         let first = pieces[i].0;
         let mut used = 0u32;
         let mut j = i;
-        while j < pieces.len() && pieces[j].0 == first + used && used + pieces[j].1 <= BATCH {
+        while j < pieces.len() && pieces[j].0 == first + used && used + pieces[j].1 <= batch {
             let (b, n, src) = pieces[j];
             let d = &mut buf[used as usize * BLOCK..(used + n) as usize * BLOCK];
             match src {
@@ -112,7 +132,9 @@ pub(super) fn copy(
         if mode != Mode::Urgent && !inner.opts.reclaim.throttle.is_zero() {
             let recent = inner.state.lock().last_io.elapsed() < Duration::from_millis(50);
             if recent {
-                std::thread::sleep(inner.opts.reclaim.throttle);
+                // The pause is per MiB copied, whatever the batch.
+                let mib = used.div_ceil(IO_BATCH_BLOCKS);
+                std::thread::sleep(inner.opts.reclaim.throttle * mib);
             }
         }
     }

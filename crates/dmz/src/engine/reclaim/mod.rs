@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
-use super::ids::ChunkId;
+use super::ids::{ChunkId, IO_BATCH_BLOCKS};
 use super::meta::durability;
 use super::{EngineError, Inner};
 use action::reclaim_one;
@@ -51,6 +51,10 @@ pub struct ReclaimOptions {
     pub wait_timeout: Duration,
     /// Pause after each 1 MiB copied while user I/O is active and nobody waits for a zone.
     pub throttle: Duration,
+    /// Blocks a copy within one device reads, then writes, at a time (at most a zone's):
+    /// on a disk each switch between the source and the destination is a seek. Copies
+    /// from a multi-device volume's cache onto a drive go 1 MiB at a time (`copy.rs`).
+    pub copy_batch_blocks: u32,
     /// Busy reclaim leaves alone a chunk whose zones were read or written this recently,
     /// unless a writer had to wait for a zone within `idle_period`: moving a hot chunk out
     /// of its conventional zone only makes its next overwrite need a buffer zone and
@@ -70,6 +74,7 @@ impl Default for ReclaimOptions {
             parallel: 1,
             wait_timeout: Duration::from_secs(60),
             throttle: Duration::from_micros(200),
+            copy_batch_blocks: 8 * IO_BATCH_BLOCKS,
             busy_min_idle: Duration::from_secs(2),
         }
     }
