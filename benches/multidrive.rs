@@ -15,7 +15,13 @@
 //!
 //! Each configuration runs `DMZ_BENCH_ROUNDS` (default 3) times, alternating; the median is
 //! reported with the drives' busy time from the model. Target (issue 18): two drives >= 1.8x
-//! one. Run with `cargo bench --bench multidrive`.
+//! one.
+//!
+//! Then a single timed drive's reclaim drain (a single-device volume on an SMR disk: its
+//! conventional zones into its sequential zones, every switch between reading the source
+//! and writing the destination a seek) per copy batch (`ReclaimOptions::copy_batch_blocks`,
+//! default 8 MiB; 1 MiB is the baseline, what every copy used before). Run with `cargo bench
+//! --bench multidrive`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -59,7 +65,12 @@ struct Run {
 }
 
 fn drive() -> Arc<TimedDevice<MemDevice>> {
-    let mem = MemDevice::with_zones(ZONE, DRIVE_ZONES, 0).expect("drive");
+    timed_drive(DRIVE_ZONES, 0)
+}
+
+/// A drive of `zones` zones, the first `conv` conventional, on the hdd model.
+fn timed_drive(zones: u32, conv: u32) -> Arc<TimedDevice<MemDevice>> {
+    let mem = MemDevice::with_zones(ZONE, zones, conv).expect("drive");
     let params = HddParams {
         // A small cache, so that the figure is the media's, not the interface's.
         cache_mib: 16,
@@ -86,11 +97,21 @@ fn volume(
         .map(|d| d.clone() as Arc<dyn ZonedDevice>)
         .collect();
     let dev = Arc::new(MultiDevice::new(cache, members).expect("multi-device"));
+    let o = options(spread, parallel);
+    (open_formatted(dev, o), drives)
+}
+
+/// Formats `dev` and opens it with `o`.
+fn open_formatted(dev: Arc<dyn ZonedDevice>, o: EngineOptions) -> Engine {
     let fo = FormatOptions {
         label: Some("bench".into()),
         reserved_seq: 1,
     };
     format_device(&*dev, &fo, &mut |_, _| {}).expect("format");
+    Engine::open(dev, o).expect("open")
+}
+
+fn options(spread: bool, parallel: usize) -> EngineOptions {
     let mut o = EngineOptions::default();
     o.reclaim.idle_period = std::time::Duration::from_secs(3600);
     // Reclaim only when asked (the drain), never beside the streams or the fill.
@@ -99,7 +120,7 @@ fn volume(
     o.reclaim.throttle = std::time::Duration::ZERO;
     o.reclaim.parallel = parallel;
     o.spread_over_drives = spread;
-    (Engine::open(dev, o).expect("open"), drives)
+    o
 }
 
 /// Per drive: busy seconds and seeks in the model since `before`.
@@ -157,6 +178,21 @@ fn streams(cfg: Config, streams: u64, per_stream: u64) -> Run {
 /// drives; the figure is the drain's.
 fn drain(nr_drives: usize, parallel: usize, chunks: u64) -> Run {
     let (e, drives) = volume(nr_drives, true, parallel);
+    drain_volume(e, drives, chunks)
+}
+
+/// A single timed drive's drain (its conventional zones into its sequential ones) of
+/// `chunks` chunks, with copies of `batch_mib` MiB at a time.
+fn drain_batch(batch_mib: u64, chunks: u64) -> Run {
+    let mut o = options(true, 1);
+    o.reclaim.copy_batch_blocks = (batch_mib * MIB / 4096) as u32;
+    // Conventional zones: the metadata's and one per chunk, with room to spare.
+    let d = timed_drive(DRIVE_ZONES + CACHE_ZONES as u32, CACHE_ZONES as u32);
+    drain_volume(open_formatted(d.clone(), o), vec![d], chunks)
+}
+
+/// Fills `chunks` chunks of `e` into conventional zones, then times one forced reclaim pass.
+fn drain_volume(e: Engine, drives: Vec<Arc<TimedDevice<MemDevice>>>, chunks: u64) -> Run {
     let chunk = e.chunk_size();
     let buf: Vec<u8> = (0..MIB).map(|i| (i * 5 + 1) as u8).collect();
     let free_seq = e.stats().zones_free_sequential;
@@ -228,14 +264,19 @@ fn main() {
     );
     let cfgs = [Config::One, Config::TwoInOrder, Config::TwoSpread];
     let drains = [(1, 1), (2, 1), (2, 2)];
+    let batches = [1, 4, 8, 16];
     let mut s_runs: Vec<Vec<Run>> = cfgs.iter().map(|_| Vec::new()).collect();
     let mut d_runs: Vec<Vec<Run>> = drains.iter().map(|_| Vec::new()).collect();
+    let mut b_runs: Vec<Vec<Run>> = batches.iter().map(|_| Vec::new()).collect();
     for _ in 0..rounds {
         for (i, &c) in cfgs.iter().enumerate() {
             s_runs[i].push(streams(c, nr_streams, per_stream));
         }
         for (i, &(d, p)) in drains.iter().enumerate() {
             d_runs[i].push(drain(d, p, drain_chunks));
+        }
+        for (i, &b) in batches.iter().enumerate() {
+            b_runs[i].push(drain_batch(b, drain_chunks));
         }
     }
     let names: Vec<String> = cfgs.iter().map(|c| c.name().to_string()).collect();
@@ -252,6 +293,18 @@ fn main() {
         &format!("reclaim drain: {drain_chunks} chunks from the cache device onto the drives"),
         &names,
         &d_runs,
+    );
+    let names: Vec<String> = batches
+        .iter()
+        .map(|b| format!("copy batch {b} MiB"))
+        .collect();
+    table(
+        &format!(
+            "reclaim drain: {drain_chunks} chunks from a single drive's conventional zones into \
+             its sequential zones"
+        ),
+        &names,
+        &b_runs,
     );
     println!("\nbench took {:.1} s", t0.elapsed().as_secs_f64());
 }

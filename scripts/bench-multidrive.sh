@@ -19,8 +19,8 @@
 # --rand-secs 0 skips them. --beyond-secs N: also N s of random writes over a span beyond the
 # cache zones (--beyond-mb, default three times what they hold), on memory null_blk drives, a
 # multi-device volume against a single-device one with as much conventional space, zonedd
-# and dm-zoned (--beyond-no-dmzoned: zonedd only), with --base BIN also that build on the
-# multi-device volume; see scripts/bench/multidrive-guest.sh)
+# and dm-zoned (--beyond-no-dmzoned: zonedd only), with --base BIN also that build on both
+# volumes; see scripts/bench/multidrive-guest.sh)
 #
 # Results: target/bench-vm/multidrive-<UTC stamp>/ (fio JSON, status, runs.tsv, results.txt).
 set -euo pipefail
@@ -126,8 +126,9 @@ if os.path.exists(beyond):
             print(f"{a[0]} {a[1]} / {b[0]} {b[1]}: {bmed[a] / bmed[b]:.2f}x")
     print()
     ratio(("zonedd", "multi"), ("zonedd", "single"))
-    ratio(("zonedd (base)", "multi"), ("zonedd", "single"))
     ratio(("zonedd", "multi"), ("zonedd (base)", "multi"))
+    ratio(("zonedd", "single"), ("zonedd (base)", "single"))
+    ratio(("zonedd (base)", "multi"), ("zonedd (base)", "single"))
     ratio(("zonedd", "multi"), ("dm-zoned", "multi"))
     ratio(("zonedd", "single"), ("dm-zoned", "single"))
 EOF2

@@ -266,6 +266,8 @@ if [ "$beyond_secs" != 0 ]; then
         [ -z "${ZONEDD_BASE:-}" ] ||
             beyond_zonedd "zonedd (base)" "$ZONEDD_BASE" multi "$r" "${multi[@]}"
         beyond_zonedd zonedd "$Z" single "$r" "${single[@]}"
+        [ -z "${ZONEDD_BASE:-}" ] ||
+            beyond_zonedd "zonedd (base)" "$ZONEDD_BASE" single "$r" "${single[@]}"
         if [ "${BEYOND_DMZONED:-1}" = 1 ] && command -v dmzadm >/dev/null; then
             beyond_dmzoned multi "$r" "$cache" "$z1" "$z2"
             beyond_dmzoned single "$r" "$one"
