@@ -36,22 +36,16 @@ pub(in crate::engine) fn load(
     let next_seq = replay(&*dev, &mut meta, &layout, &blocks)?;
     settle(&*dev, &mut meta)?;
     meta.zones.build_pools();
+    let members = dev.members();
+    let zones_of = |m: &zbd::Member| m.first_zone..m.first_zone + m.nr_zones;
     if opts.spread_over_drives {
-        let drives = dev.members().into_iter().filter(|m| !m.cache);
-        meta.zones.set_drives(
-            drives
-                .map(|m| m.first_zone..m.first_zone + m.nr_zones)
-                .collect(),
-        );
+        let drives = members.iter().filter(|m| !m.cache).map(zones_of).collect();
+        meta.zones.set_drives(drives);
     }
     meta.log.start_at(next_seq);
 
     let nr_locks = (layout.nr_chunks as usize).clamp(1, 4096);
-    let members = dev
-        .members()
-        .into_iter()
-        .map(|m| m.first_zone..m.first_zone + m.nr_zones)
-        .collect();
+    let members = members.iter().map(zones_of).collect();
     let inner = Inner {
         members,
         geo: dev.geometry(),
