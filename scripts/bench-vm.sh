@@ -18,7 +18,9 @@
 #                  CPU per request) or `zonedd expose --timing hdd` on an emulated SMR image in
 #                  guest RAM (hdd: the HDD model of docs/hdd-model.md; --hdd-params K=V ...
 #                  overrides its parameters); targets zd-unboundN take --pool unbound:N,
-#                  zd-*-nobatch run with ZONEDD_BATCH_SYNC=0 (a log write per write)
+#                  zd-*-nobatch run with ZONEDD_BATCH_SYNC=0 (a log write per write),
+#                  zd-*-base with the build given to --base
+#   --base BIN     another zonedd build for the zd-*-base targets (an A/B in one boot)
 #   --phases       "block" (fio on the device), "fs" (xfs: dbench, fill, overwrites, umount,
 #                  reclaim settle), or both (the default)
 #   --runs N       the xfs phase N times per target, interleaved; the report adds median
@@ -48,7 +50,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd -P)
 # shellcheck source=scripts/vm/lib.sh
 source "$ROOT/scripts/vm/lib.sh"
 
-quick=0 build=1 docs=1 report_only="" targets="raw dm zd-percpu zd-unbound8"
+quick=0 build=1 docs=1 report_only="" base_bin="" targets="raw dm zd-percpu zd-unbound8"
 guest_args=() timeout_s=""
 [ -z "${ZONEDD:-}" ] || build=0
 while [ $# -gt 0 ]; do
@@ -57,6 +59,7 @@ while [ $# -gt 0 ]; do
     --no-build) build=0 ;;
     --no-docs) docs=0 ;;
     --targets) targets=$2 && shift ;;
+    --base) base_bin=$(realpath "$2") && shift ;;
     --report-only) report_only=$2 && shift ;;
     --device | --hdd-params | --phases | --runs | --fill-pct | --settle-cap | --zones | --zone-mb | --ow-s | --ow-mb | --stable-s)
         [ $# -ge 2 ] || vm_die "$1 needs a value (see --help)"
@@ -101,12 +104,18 @@ mkdir -p "$out"
 # A private copy: others may rebuild target/release/zonedd while the guest runs.
 cp "$ZONEDD" "$out/zonedd"
 ZONEDD=$out/zonedd
+base_export=""
+if [ -n "$base_bin" ]; then
+    cp "$base_bin" "$out/zonedd-base"
+    base_export="export ZONEDD_BENCH_BASE=$(vm_shq "$out/zonedd-base")"
+fi
 {
     echo "started $(date -u +%FT%TZ)"
     echo "host_uptime_before $(uptime)"
     echo "host_cpus $(nproc)"
     echo "zonedd_commit $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?') (HEAD when the run started)"
     echo "zonedd_binary built $(date -u -r "$ZONEDD" +%FT%TZ), sha256 $(sha256sum "$ZONEDD" | cut -c1-16)"
+    [ -z "$base_bin" ] || echo "zonedd_base $base_bin, sha256 $(sha256sum "$base_bin" | cut -c1-16)"
 } >"$out/host.txt"
 
 # The guest runs a one-line scenario that calls the guest-side script with our arguments.
@@ -115,6 +124,7 @@ qargs=""
 [ "$quick" = 0 ] || qargs="--quick"
 cat >"$scenario" <<EOF
 #!/usr/bin/env bash
+$base_export
 exec bash $(vm_shq "$ROOT/scripts/bench/guest.sh") --out $(vm_shq "$out") --targets $(vm_shq "$targets") $qargs $(for a in "${guest_args[@]}"; do printf '%s ' "$(vm_shq "$a")"; done)
 EOF
 if [ -z "$timeout_s" ]; then

@@ -9,6 +9,8 @@
 #                the default, `reads`); zd-log-ring: writes hop-free (ZONEDD_HOP_FREE_WRITES=1)
 #   zd-unbound8  zonedd's /dev/ublkbN, --pool unbound:8 (zd-unboundN: --pool unbound:N;
 #                zd-percpu-nobatch, zd-unboundN-nobatch: with ZONEDD_BATCH_SYNC=0)
+#   zd-*-base    any zd-* target served by the build given to bench-vm.sh --base BIN
+#                (ZONEDD_BENCH_BASE in the guest), side by side with this one
 #   btrfs        btrfs in zoned mode straight on the zoned device, no translation layer (issue
 #                14's comparison; the xfs phase only, with btrfs in place of xfs)
 # on a zoned device that is either a memory null_blk (--device nullb, the default: CPU per
@@ -196,18 +198,27 @@ target_up() {
         DEV=/dev/mapper/$DM_NAME
         ;;
     zd-*)
-        local pool=percpu base=${t%-nobatch} batch=1
+        # zd-*-base: the same target served by another build (bench-vm.sh --base BIN).
+        local zbin=$Z name=${t%-base}
+        if [ "$name" != "$t" ]; then
+            zbin=${ZONEDD_BENCH_BASE:-}
+            [ -x "$zbin" ] || {
+                log "$t: no base build (bench-vm.sh --base BIN)"
+                return 1
+            }
+        fi
+        local pool=percpu base=${name%-nobatch} batch=1
         case $base in zd-unbound*) pool=unbound:${base#zd-unbound} ;; esac
         # zd-*-nobatch: each write logs alone (ZONEDD_BATCH_SYNC=0), the A/B baseline.
-        [ "$base" = "$t" ] || batch=0
-        zd_format "$t" || return 1
+        [ "$base" = "$name" ] || batch=0
+        zd_format "$name" || return 1
         local extra=() envs=(ZONEDD_BATCH_SYNC=$batch)
-        case $t in
+        case $name in
         zd-log-ring) envs+=(ZONEDD_HOP_FREE_WRITES=1) ;;
         zd-log-cw) extra=(--compact writes) ;;
         zd-log-cn) extra=(--compact never) ;;
         esac
-        out=$(env "${envs[@]}" timeout 60 "$Z" create --backend "$NB" --queues 2 --depth 64 --pool "$pool" --label "bench-$t" "${extra[@]}" 2>&1) || {
+        out=$(env "${envs[@]}" timeout 60 "$zbin" create --backend "$NB" --queues 2 --depth 64 --pool "$pool" --label "bench-$t" "${extra[@]}" 2>&1) || {
             echo "$out" >&2
             return 1
         }
