@@ -24,6 +24,7 @@
 use crate::{
     Geometry, Member, ReadSource, Result, ZbdError, Zone, ZoneCondition, ZoneOp, ZonedDevice,
 };
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, OnceLock};
 use std::thread::JoinHandle;
@@ -46,11 +47,18 @@ struct Part {
     dirty: AtomicBool,
     /// Written through the volume's read source, behind `dirty`'s back: flushed every time.
     unseen_writes: bool,
+    /// Held from clearing `dirty` to the end of the device flush, so that a concurrent
+    /// flush which finds `dirty` cleared waits for the flush that cleared it instead of
+    /// returning before those writes are durable.
+    flushing: Mutex<()>,
 }
 
 impl Part {
+    /// Dirty, or being flushed by another caller (whose flush this one must wait for).
+    /// `dirty` is read before the lock: a flush takes the lock before it clears `dirty`, so
+    /// "clean and unlocked" means every flush that cleared it has ended.
     fn needs_flush(&self) -> bool {
-        self.unseen_writes || self.dirty.load(Ordering::Acquire)
+        self.unseen_writes || self.dirty.load(Ordering::Acquire) || self.flushing.is_locked()
     }
 }
 
@@ -104,6 +112,7 @@ impl MultiDevice {
             dev: cache,
             dirty: AtomicBool::new(false),
             unseen_writes: source.is_some(),
+            flushing: Mutex::new(()),
         })];
         let mut next = cg.nr_zones;
         for d in zoned {
@@ -135,6 +144,7 @@ impl MultiDevice {
                 dev: d,
                 dirty: AtomicBool::new(false),
                 unseen_writes: false,
+                flushing: Mutex::new(()),
             }));
             next = next
                 .checked_add(nr)
@@ -186,6 +196,7 @@ impl MultiDevice {
     }
 
     fn flush_part(p: &Part) -> Result<()> {
+        let _flushing = p.flushing.lock();
         if !p.dirty.swap(false, Ordering::AcqRel) && !p.unseen_writes {
             return Ok(());
         }
@@ -295,6 +306,9 @@ impl ZonedDevice for MultiDevice {
                 _ => result = result.and(Self::flush_part(&self.parts[i])),
             }
         }
+        // Only the flush threads hold senders now: one that ends without replying (a panic
+        // in a device's flush) ends `recv` with an error instead of a wait without end.
+        drop(reply);
         result = Self::flush_part(&self.parts[first]).and(result);
         for _ in 0..asked {
             let r = results.recv().unwrap_or_else(|_| {
