@@ -121,7 +121,10 @@ for n in "${!ids[@]}"; do
             ;;
         esac
     done <"$VM_SCRATCH/idle.1"
-    if [ "${layouts[$n]}" != log ] &&
+    if ! kill -0 "${pids[$n]}" 2>/dev/null; then
+        echo "FAIL: the daemon exited during the window"
+        fail=1
+    elif [ "${layouts[$n]}" != log ] &&
         ! jq -e '.engine.metadata_dirty | not' <<<"$("$Z" status "${ids[$n]}" --json)" >/dev/null; then
         echo "FAIL: metadata dirty again"
         fail=1
@@ -129,8 +132,10 @@ for n in "${!ids[@]}"; do
     ((fail == 0)) || failed+=("${names[$n]}")
 done
 ((${#failed[@]} == 0)) || vm_fail "the idle daemon is not quiet: $(printf '%s; ' "${failed[@]}")"
-cleanup
 trap - EXIT
+for n in "${!ids[@]}"; do
+    "$Z" delete "${ids[$n]}" >/dev/null || vm_fail "delete ${ids[$n]} (${names[$n]}) failed"
+done
 for n in "${!ids[@]}"; do
     if [ "${kinds[$n]}" = image ]; then rm -f "${devs[$n]}"; else remove_nullb "${devs[$n]}"; fi
 done
