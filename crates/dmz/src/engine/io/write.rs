@@ -79,8 +79,8 @@ enum Step {
 const STREAM_WINDOW: u32 = 2048;
 
 /// How many pieces of its own length a stream's early piece may be ahead of the chunk's
-/// start (the pieces in flight before it). A first write of `n` blocks further than
-/// `n * STREAM_AHEAD` blocks in is taken for a random write, whatever the window: with
+/// start (the pieces in flight before it). A first write of `n` blocks starting
+/// `n * STREAM_AHEAD` blocks in or more is taken for a random write, whatever the window: with
 /// 16 MiB zones the window alone took half of all randomly placed first 4 KiB writes for
 /// stream pieces (a sequential zone, then every later write of the chunk past its write
 /// pointer into a buffer zone, through the pool).
