@@ -976,6 +976,8 @@ impl Held<'_> {
         let job: Job = Box::new(move || {
             let result = f(&*t);
             if hold {
+                // The chunks stay held until the job is done: their queued jobs run after it.
+                d.release(first, None);
                 for k in keys {
                     d.release(k, None);
                 }
@@ -983,10 +985,41 @@ impl Held<'_> {
             c.complete(result)
         });
         match hold {
-            true => self.dispatch.release(first, Some(job)),
+            true => handoff_runner(job),
             false => self.dispatch.queue(handoff_key(completion), job),
         }
         completion.wait().await
+    }
+}
+
+/// Run a hand-off of held chunks on the hand-off thread, outside the pool. On the pool it
+/// could wait for good: the log layout's pool writes block for a frontier's turn, a planned
+/// write holds its turn until its hand-off completes it, and once every worker the pool
+/// group may run is such a blocked write, a hand-off queued behind them never runs
+/// (tests/vm/repro/log-handoff-stall.sh). The thread waits on its channel between jobs and
+/// is started at the first hand-off.
+fn handoff_runner(job: Job) {
+    static RUNNER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<Job>>> =
+        std::sync::OnceLock::new();
+    let tx = RUNNER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new()
+            .name("zonedd-handoff".into())
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            });
+        if let Err(e) = spawned {
+            // The receiver went with the closure: every send fails and runs its job below.
+            tracing::error!("cannot start the hand-off thread ({e}): hand-offs run inline");
+        }
+        std::sync::Mutex::new(tx)
+    });
+    if let Err(e) = tx.lock().unwrap_or_else(|p| p.into_inner()).send(job) {
+        // No hand-off thread (it could not start, or a job panicked on it): run the job
+        // here, blocking this queue thread for once rather than never completing it.
+        (e.0)();
     }
 }
 
