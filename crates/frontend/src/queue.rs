@@ -2576,8 +2576,9 @@ mod tests {
 
     /// A hop-free write holds its chunks on the pool from its plan to its sync: a request
     /// of the chunk that arrives meanwhile runs after it, and after its hand-off job when
-    /// it has one (queued ahead of the request, never behind it: the request's job could
-    /// wait on a worker for the write's record). Every hold is released, on every path.
+    /// it has one (which runs on the hand-off thread and releases the chunks when done,
+    /// never queued behind the request: the request's job could wait on a worker for the
+    /// write's record). Every hold is released, on every path.
     #[test]
     fn a_hop_free_write_holds_its_chunks_until_it_is_synced() {
         let (t, _d, mut sh, ring) = write_setup(true);
@@ -2600,7 +2601,9 @@ mod tests {
                 format!("log [{}], before their data [false]", 4 * FT_CHUNK),
             ]
         );
-        // Declined across two chunks: the hand-off job first, the other chunk released by it.
+        // Declined across two chunks: the hand-off job (on the hand-off thread, not the pool)
+        // releases both chunks once it has completed and synced the write, so their later
+        // requests run after it.
         t.decline.store(true, Ordering::Relaxed);
         write_via(&sh, &ring, 3 * FT_CHUNK - 4096, 8192, 2, false);
         assert_eq!(
@@ -2608,10 +2611,10 @@ mod tests {
             [
                 "hold 2",
                 "hold 3",
-                "release 2 with a job",
+                "release 2",
+                "later request 2",
                 "release 3",
                 "later request 3",
-                "later request 2",
             ]
         );
         let log = t.log();
