@@ -943,9 +943,9 @@ impl Held<'_> {
         ok
     }
 
-    /// Run `f` on the pool and wait for it without blocking the queue thread. With `hold`,
-    /// as the next job of the first chunk held, the chunks staying held until it is done;
-    /// without, on a key of its own ([`handoff_key`]), not the chunk's: `f` needs no chunk
+    /// Run `f` off the queue thread and wait for it without blocking it. With `hold`, on the
+    /// hand-off thread ([`handoff_runner`]), the chunks staying held until it is done;
+    /// without, on the pool, on a key of its own ([`handoff_key`]), not the chunk's: `f` needs no chunk
     /// order, and behind a request of the chunk it could deadlock (a v2 plan holds its
     /// chunk's lock until completed, and a hand-off of its `sync_first` runs before that:
     /// a write of the chunk queued on the pool meanwhile waits for that lock on a worker,
@@ -961,11 +961,10 @@ impl Held<'_> {
             .stats
             .hop_free_handoffs
             .fetch_add(1, Ordering::Relaxed);
-        let mut keys = std::mem::take(&mut self.keys);
+        let keys = std::mem::take(&mut self.keys);
         if keys.is_empty() {
             return f(&*shared.target);
         }
-        let first = keys.remove(0);
         completion.arm(1);
         let (t, c, d) = (
             shared.target.clone(),
@@ -977,7 +976,6 @@ impl Held<'_> {
             let result = f(&*t);
             if hold {
                 // The chunks stay held until the job is done: their queued jobs run after it.
-                d.release(first, None);
                 for k in keys {
                     d.release(k, None);
                 }
@@ -996,11 +994,10 @@ impl Held<'_> {
 /// could wait for good: the log layout's pool writes block for a frontier's turn, a planned
 /// write holds its turn until its hand-off completes it, and once every worker the pool
 /// group may run is such a blocked write, a hand-off queued behind them never runs
-/// (tests/vm/repro/log-handoff-stall.sh). The thread waits on its channel between jobs and
+/// (tests/vm/log-handoff-stall.sh). The thread waits on its channel between jobs and
 /// is started at the first hand-off.
 fn handoff_runner(job: Job) {
-    static RUNNER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<Job>>> =
-        std::sync::OnceLock::new();
+    static RUNNER: std::sync::OnceLock<std::sync::mpsc::Sender<Job>> = std::sync::OnceLock::new();
     let tx = RUNNER.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let spawned = std::thread::Builder::new()
@@ -1014,9 +1011,9 @@ fn handoff_runner(job: Job) {
             // The receiver went with the closure: every send fails and runs its job below.
             tracing::error!("cannot start the hand-off thread ({e}): hand-offs run inline");
         }
-        std::sync::Mutex::new(tx)
+        tx
     });
-    if let Err(e) = tx.lock().unwrap_or_else(|p| p.into_inner()).send(job) {
+    if let Err(e) = tx.send(job) {
         // No hand-off thread (it could not start, or a job panicked on it): run the job
         // here, blocking this queue thread for once rather than never completing it.
         (e.0)();
