@@ -44,27 +44,11 @@ impl AlignedBuf {
     }
 
     /// `len` zero bytes.
-    ///
-    /// Allocated zeroed (`alloc_zeroed`, i.e. `calloc`): a large buffer comes as fresh zero pages from the kernel,
-    /// where `vec![ZERO; n]` wrote every byte (a `Block` is not a type `vec!` knows to be
-    /// zeroable); reclaim's 1-8 MiB copy buffers spent 11 % of its thread's time there.
     pub fn new_zeroed(len: usize) -> AlignedBuf {
-        let n = len.div_ceil(ALIGN);
-        if n == 0 {
-            return AlignedBuf::new();
+        AlignedBuf {
+            blocks: vec![ZERO; len.div_ceil(ALIGN)],
+            len,
         }
-        let layout = std::alloc::Layout::array::<Block>(n).expect("buffer size overflows");
-        // SAFETY: the layout's size is not zero (n > 0 blocks of 4096 bytes).
-        let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Block>();
-        if p.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        // SAFETY: `p` comes from the global allocator with the layout of `[Block; n]`, the one
-        // a `Vec<Block>` of capacity `n` frees with; its `n` elements are initialised, since a
-        // `Block` is a `repr(C)` array of `u8` without padding (asserted above), for which
-        // all-zero bytes are a valid value.
-        let blocks = unsafe { Vec::from_raw_parts(p, n, n) };
-        AlignedBuf { blocks, len }
     }
 
     /// Bytes the buffer holds without reallocating (a multiple of 4096).
