@@ -198,7 +198,7 @@ fn pattern_word(id: u64, block: u64, k: usize) -> u64 {
 /// Fill `out` (whole blocks) with the data write `id` puts in blocks `block..`: each block's
 /// content depends only on (`id`, its own block number).
 pub fn pattern(id: u64, block: u64, out: &mut [u8]) {
-    debug_assert!(out.len().is_multiple_of(BS));
+    assert!(out.len().is_multiple_of(BS), "pattern fills whole blocks");
     for (i, b) in out.chunks_mut(BS).enumerate() {
         // chunks_exact_mut: 8-byte stores (chunks_mut(8) made a memcpy call per word, most of
         // the power-cut tests' time).
