@@ -66,6 +66,7 @@ const METRICS: &[Def] = &[
     Def("reclaim_zones", "Zones reclaimed.", C, At(&["engine", "reclaim_zones"])),
     Def("reclaim_copied_bytes", "Bytes copied by reclaim.", C, Blocks(&["engine", "reclaim_blocks_copied"])),
     Def("reclaim_progress_bytes", "Bytes copied into the zone being reclaimed now.", G, Blocks(&["engine", "reclaim_progress_blocks"])),
+    Def("reclaim_buffer_bytes", "Memory kept by reclaim's copy buffers between copies.", G, At(&["engine", "reclaim_buffer_bytes"])),
     Def("catch_up_bytes", "Bytes of out-of-order sequential streams moved from a buffer to the data zone.", C, Blocks(&["engine", "catch_up_blocks"])),
     Def("engine_reads", "Reads handled by the engine.", C, At(&["engine", "reads"])),
     Def("engine_read_bytes", "Bytes read by the engine.", C, At(&["engine", "read_bytes"])),

@@ -87,3 +87,38 @@ fn a_copy_from_the_cache_onto_a_drive_goes_1_mib_at_a_time() {
     assert_eq!(lens, vec![1 << 20; 2]);
     close(e);
 }
+
+/// Reclaim keeps its copy buffer between copies (`Inner::copy_bufs`): after two chunks are
+/// reclaimed one after the other, one buffer of one batch is kept, not none (dropped after
+/// each copy) and not two (a new one for each copy); and the second chunk, copied through
+/// the buffer the first one left full of its data, reads back as written.
+#[test]
+fn reclaim_keeps_one_copy_buffer_between_copies() {
+    for (batch, kept) in [(None, ZS), (Some(128), 128 * BS as u64)] {
+        let dev = Arc::new(mem_device(ZS >> 10, 16, 6));
+        format_dev(&*dev, 2);
+        let mut o = test_opts();
+        if let Some(b) = batch {
+            o.reclaim.copy_batch_blocks = b;
+        }
+        let e = open(dev, o);
+        assert_eq!(e.stats().reclaim_buffer_bytes, 0);
+        let mut written = Written::new(&e);
+        for (n, chunk) in [0u64, 1].into_iter().enumerate() {
+            let first = chunk * ZONE_BLOCKS;
+            written.write(&e, first + ZONE_BLOCKS - 1, 1, 10 + chunk);
+            written.write(&e, first, ZONE_BLOCKS - 1, 20 + chunk);
+            e.flush().unwrap();
+            e.trigger_reclaim();
+            e.wait_reclaim_idle();
+            let s = e.stats();
+            assert_eq!(s.reclaim_zones, n as u64 + 1, "{s:?}");
+            assert_eq!(
+                s.reclaim_buffer_bytes, kept,
+                "batch {batch:?}, after chunk {chunk}"
+            );
+        }
+        written.verify(&e);
+        close(e);
+    }
+}

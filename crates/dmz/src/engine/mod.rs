@@ -189,6 +189,8 @@ pub struct EngineStats {
     pub write_amplification: f64,
     pub metadata_mem_bytes: u64,
     pub cached_bitmap_blocks: u64,
+    /// Memory held by reclaim's copy buffers between copies (`reclaim::copy::copy`).
+    pub reclaim_buffer_bytes: u64,
 }
 
 #[derive(Default)]
@@ -296,6 +298,9 @@ struct Inner {
     bg_cv: Condvar,
     reclaim_cv: Condvar,
     idle_cv: Condvar,
+    /// Reclaim's copy buffers, kept between copies (a leaf lock): see
+    /// `reclaim::copy::copy`.
+    copy_bufs: Mutex<Vec<zbd::AlignedBuf>>,
 }
 
 /// What [`Inner::recheck_zone`] learnt.
@@ -603,6 +608,9 @@ impl Engine {
             bg.reclaim_kick
         };
         s.metadata_dirty = bg.dirty_since.is_some();
+        drop(bg);
+        drop(st);
+        s.reclaim_buffer_bytes = i.copy_bufs.lock().iter().map(|b| b.capacity() as u64).sum();
         s
     }
 

@@ -15,7 +15,8 @@
 //! 4. `Inner::state` (this [`Meta`], the zone-wait bookkeeping and the overwrites in place a
 //!    flush must prove; `free_cv` waits on it);
 //! 5. `Inner::bg` (background thread control; `bg_cv`, `reclaim_cv`, `idle_cv` wait on it);
-//! 6. `Inner::failed` and `Inner::sb` (leaves: nothing is taken while they are held).
+//! 6. `Inner::failed`, `Inner::sb` and `Inner::copy_bufs` (leaves: nothing is taken while
+//!    they are held).
 
 mod cache;
 pub(super) mod durability;

@@ -71,6 +71,7 @@ pub(in crate::engine) fn load(
         bg_cv: Condvar::new(),
         reclaim_cv: Condvar::new(),
         idle_cv: Condvar::new(),
+        copy_bufs: Mutex::new(Vec::new()),
     };
     // Fold the replayed log now; the new generation skips the replayed epochs' halves.
     durability::commit(&inner)?;
