@@ -90,8 +90,10 @@ fn a_copy_from_the_cache_onto_a_drive_goes_1_mib_at_a_time() {
 
 /// Reclaim keeps its copy buffer between copies (`Inner::copy_bufs`): after two chunks are
 /// reclaimed one after the other, one buffer of one batch is kept, not none (dropped after
-/// each copy) and not two (a new one for each copy); and the second chunk, copied through
-/// the buffer the first one left full of its data, reads back as written.
+/// each copy) and not two (a new one for each copy); and both chunks read back as written.
+/// (A copy batch's bytes are all read or zero-filled before it is written; holes of a
+/// sequential destination are invalid blocks, which read as zeros whatever they hold, so a
+/// missing zero-fill would not show here.)
 #[test]
 fn reclaim_keeps_one_copy_buffer_between_copies() {
     for (batch, kept) in [(None, ZS), (Some(128), 128 * BS as u64)] {

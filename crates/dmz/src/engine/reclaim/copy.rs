@@ -81,7 +81,7 @@ fn batch_blocks(inner: &Inner, dst: ZoneId, runs: &Runs) -> u32 {
 /// reserved pages: allocating and zeroing a fresh one for every zone cost 11 % of the CPU
 /// of the engine model test (1 MiB zones). As many buffers are kept as copies ever ran at
 /// once (at most `ReclaimOptions::parallel`), each as large as the largest batch it served
-/// (at most `copy_batch_blocks`, 8 MiB by default).
+/// ([`batch_blocks`]: at most a zone, and `copy_batch_blocks` or 1 MiB).
 pub(super) fn copy(
     inner: &Inner,
     dst: ZoneId,
@@ -94,7 +94,9 @@ pub(super) fn copy(
     let mut buf = inner.copy_bufs.lock().pop().unwrap_or_default();
     let len = batch as usize * BLOCK;
     if buf.len() < len {
-        buf.resize(len);
+        // Exactly one batch (what it held does not matter): `resize` could round the
+        // capacity up the way `Vec` grows.
+        buf = zbd::AlignedBuf::new_zeroed(len);
     }
     let r = copy_batches(inner, dst, dst_seq, runs, mode, &mut buf[..len]);
     inner.copy_bufs.lock().push(buf);
