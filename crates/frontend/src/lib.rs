@@ -1,6 +1,7 @@
 //! The ublk frontend: exposes any [`BlockTarget`] as a conventional `/dev/ublkbN`.
 //!
-//! - [`request`]: decoding ublk I/O descriptors, splitting them into per-chunk pieces;
+//! - [`request`]: decoding ublk I/O descriptors, splitting them into per-chunk pieces (the
+//!   crate `ublk-request`, kept free of libublk for its fuzz target);
 //! - [`completion`]: how a worker's result gets back to the (thread-bound) queue thread;
 //! - [`queue`]: the per-queue I/O loop (libublk async model, one task per tag);
 //! - [`device`]: device parameters and the create / recover lifecycle of one device;
@@ -22,7 +23,7 @@ pub mod mem;
 pub mod queue;
 pub mod raw_file;
 pub mod registry;
-pub mod request;
+pub use ublk_request as request;
 pub mod sys;
 mod write_group;
 pub mod zoned;
@@ -330,5 +331,29 @@ pub struct InlineDispatch;
 impl Dispatch for InlineDispatch {
     fn queue(&self, _key: u64, job: Job) {
         job()
+    }
+}
+
+#[cfg(test)]
+mod request_abi {
+    /// `ublk-request` spells out the kernel's values itself (no libublk there): they are
+    /// the ones libublk's bindgen read from the kernel header.
+    #[test]
+    fn ublk_request_constants_are_libublk_s() {
+        use libublk::sys as k;
+        use ublk_request::sys as r;
+        let pairs = [
+            (r::UBLK_IO_OP_READ, k::UBLK_IO_OP_READ),
+            (r::UBLK_IO_OP_WRITE, k::UBLK_IO_OP_WRITE),
+            (r::UBLK_IO_OP_FLUSH, k::UBLK_IO_OP_FLUSH),
+            (r::UBLK_IO_OP_DISCARD, k::UBLK_IO_OP_DISCARD),
+            (r::UBLK_IO_OP_WRITE_SAME, k::UBLK_IO_OP_WRITE_SAME),
+            (r::UBLK_IO_OP_WRITE_ZEROES, k::UBLK_IO_OP_WRITE_ZEROES),
+            (r::UBLK_IO_OP_ZONE_APPEND, k::UBLK_IO_OP_ZONE_APPEND),
+            (r::UBLK_IO_F_FUA, k::UBLK_IO_F_FUA),
+        ];
+        for (i, (ours, kernel)) in pairs.into_iter().enumerate() {
+            assert_eq!(ours, kernel, "constant {i}");
+        }
     }
 }

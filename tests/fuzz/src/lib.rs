@@ -814,11 +814,11 @@ pub fn lsl_load(data: &[u8]) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// (d) frontend request decoding
+// (d) ublk request decoding (the frontend's, crate ublk-request)
 
 /// op flags, start sector, sector count, capacity, buffer length and chunk size from the input.
 pub fn request(data: &[u8]) {
-    use frontend::request::{decode, split, Request, BLOCK as FB};
+    use ublk_request::{decode, split, Request, BLOCK as FB};
     let mut b = Bytes(data);
     let op_flags = b.u32();
     let start = match b.u8() % 3 {

@@ -1,7 +1,23 @@
 //! Decoding one ublk I/O descriptor into a checked [`Request`], and splitting it into
 //! per-chunk pieces. Pure functions: every rule here is unit-tested without a kernel.
+//!
+//! A crate of its own, without libublk, so that its fuzz target (`tests/fuzz`, target
+//! `request`) builds without libublk-sys's bindgen and the async runtime: that halved the
+//! fuzz build. The frontend uses it as `frontend::request`, and checks [`sys`] against
+//! libublk's constants in a test.
 
-use libublk::sys;
+/// The kernel's ublk UAPI values this crate decodes (`include/uapi/linux/ublk_cmd.h`): the
+/// low byte of `op_flags` is the operation, the bits above it are flags.
+pub mod sys {
+    pub const UBLK_IO_OP_READ: u32 = 0;
+    pub const UBLK_IO_OP_WRITE: u32 = 1;
+    pub const UBLK_IO_OP_FLUSH: u32 = 2;
+    pub const UBLK_IO_OP_DISCARD: u32 = 3;
+    pub const UBLK_IO_OP_WRITE_SAME: u32 = 4;
+    pub const UBLK_IO_OP_WRITE_ZEROES: u32 = 5;
+    pub const UBLK_IO_OP_ZONE_APPEND: u32 = 13;
+    pub const UBLK_IO_F_FUA: u32 = 1 << 13;
+}
 
 /// The block size zonedd exports (logical and physical).
 pub const BLOCK: u64 = 4096;
