@@ -25,9 +25,9 @@
 //!   whose state is consistent (`debug_check`), and `lsl::check` refuses no volume open
 //!   takes; what it serves, with writes on top, is what it serves again after a clean close
 //!   and reopen, and check finds no error then.
-//! - [`request`]: the frontend's ublk descriptor decoding and per-chunk split: accepted
-//!   requests are aligned, inside the device and the buffer, and split into contiguous pieces
-//!   that never cross a chunk end.
+//! - [`request`]: ublk descriptor decoding and per-chunk split (crate ublk-request, the
+//!   frontend's `request`): accepted requests are aligned, inside the device and the buffer,
+//!   and split into contiguous pieces that never cross a chunk end.
 
 use std::sync::{Arc, OnceLock};
 
