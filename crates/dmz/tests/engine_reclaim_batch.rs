@@ -106,7 +106,7 @@ fn reclaim_keeps_one_copy_buffer_between_copies() {
         let e = open(dev, o);
         assert_eq!(e.stats().reclaim_buffer_bytes, 0);
         let mut written = Written::new(&e);
-        for (n, chunk) in [0u64, 1].into_iter().enumerate() {
+        for chunk in [0u64, 1] {
             let first = chunk * ZONE_BLOCKS;
             written.write(&e, first + ZONE_BLOCKS - 1, 1, 10 + chunk);
             written.write(&e, first, ZONE_BLOCKS - 1, 20 + chunk);
@@ -114,7 +114,7 @@ fn reclaim_keeps_one_copy_buffer_between_copies() {
             e.trigger_reclaim();
             e.wait_reclaim_idle();
             let s = e.stats();
-            assert_eq!(s.reclaim_zones, n as u64 + 1, "{s:?}");
+            assert_eq!(s.reclaim_zones, chunk + 1, "{s:?}");
             assert_eq!(
                 s.reclaim_buffer_bytes, kept,
                 "batch {batch:?}, after chunk {chunk}"

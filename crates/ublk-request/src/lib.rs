@@ -3,8 +3,8 @@
 //!
 //! A crate of its own, without libublk, so that its fuzz target (`tests/fuzz`, target
 //! `request`) builds without libublk-sys's bindgen and the async runtime: a clean fuzz build
-//! went from 74 s to 43 s on an idle host (119 crates to 45). The frontend uses it as `frontend::request`, and checks [`sys`] against
-//! libublk's constants in a test.
+//! went from 74 s to 43 s on an idle host (119 crates to 45). The frontend uses it as
+//! `frontend::request`, and checks [`sys`] against libublk's constants in a test.
 
 /// The kernel's ublk UAPI values this crate decodes (`include/uapi/linux/ublk_cmd.h`): the
 /// low byte of `op_flags` is the operation, the bits above it are flags.
