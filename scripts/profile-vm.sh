@@ -4,7 +4,7 @@
 # 1 MiB sequential writes QD8, and 4 KiB writes with fsync QD1) and leaves the perf
 # summaries (by thread, by symbol), fio JSON and zonedd status in
 # target/bench-vm/profile-<UTC stamp>/. Needs the host's `perf` (Debian: linux-perf).
-#   scripts/profile-vm.sh [--seconds N] [--only seqwrite|fsync|fsync-floor|randread|randwrite-conv|randwrite|randwrite-log]
+#   scripts/profile-vm.sh [--seconds N] [--only "NAME..." of seqwrite|fsync|fsync-floor|randread|randread-qd1|randread-qd1-floor|randwrite-conv|randwrite|randwrite-log]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd -P)
 # shellcheck source=scripts/vm/lib.sh

@@ -29,10 +29,10 @@ profile() { # profile NAME [--prefill] FIO-ARGS...
     local name=$1 dev id bdev res prefill=0
     shift
     [ "$1" != --prefill ] || { prefill=1 && shift; }
-    [ -z "$only" ] || [ "$only" = "$name" ] || return 0
+    [ -z "$only" ] || [[ " $only " == *" $name "* ]] || return 0
     local fill=1024M
-    if [ "$name" = fsync-floor ]; then
-        dev=mem:512M # no engine, no device: what ublk and the pool alone cost
+    if [ "${name%-floor}" != "$name" ]; then
+        dev=mem:1536M # no engine, no device: what ublk alone costs (served on the queue threads)
     elif [ "${name%-log}" != "$name" ]; then
         # The log layout (issue 14): 16 MiB zones, 24 conventional (its log and index).
         dev=$(make_nullb nullb0 1536 16 24)
@@ -57,7 +57,7 @@ profile() { # profile NAME [--prefill] FIO-ARGS...
         --eta=never --output-format=json --output="$out/$name.fio.json" "$@" >/dev/null 2>&1
     "$Z" status "$id" --json >"$out/$name.status.json"
     "$Z" delete "$id" >/dev/null
-    [ "$name" = fsync-floor ] || remove_nullb "$dev"
+    [ "${name%-floor}" != "$name" ] || remove_nullb "$dev"
     perf report -q -i "$VM_SCRATCH/$name.data" --stdio --no-children --sort comm \
         >"$out/$name.by-thread.txt" 2>/dev/null || true
     perf report -q -i "$VM_SCRATCH/$name.data" --stdio --no-children -g none \
@@ -71,6 +71,10 @@ profile fsync --rw=write --bs=4k --iodepth=1 --ioengine=psync --fsync=1 --offset
 profile fsync-floor --rw=write --bs=4k --iodepth=1 --ioengine=psync --fsync=1 --size=64M
 # Reads of never-written chunks: no device I/O, so this is the ublk + pool path alone.
 profile randread --rw=randread --bs=4k --iodepth=16 --ioengine=libaio --size=1024M
+# 4 KiB random reads at QD1 of written data (issue 13's QD1 target), and the same on the
+# floor: the difference is what zonedd's read path adds to ublk's round trip.
+profile randread-qd1 --prefill --rw=randread --bs=4k --iodepth=1 --ioengine=libaio --size=512M
+profile randread-qd1-floor --prefill --rw=randread --bs=4k --iodepth=1 --ioengine=libaio --size=512M
 # 4 KiB random writes over three chunks that fit the conventional zones (the hop-free write
 # path: scripts/bench/write-path-guest.sh's randwrite job).
 profile randwrite-conv --rw=randwrite --bs=4k --iodepth=16 --ioengine=libaio --size=192M

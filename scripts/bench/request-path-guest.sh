@@ -93,8 +93,8 @@ counters() { # counters NAME ID
     "$Z" status "$2" --json | python3 -c 'import json,sys
 d = json.load(sys.stdin)
 f, e = d["frontend"], d.get("engine") or {}
-print("request-path: %s: reads %d (hop-free %d, pool %d), writes %d (hop-free %d, retried %d), flushes %d (on the ring %s), log blocks %s, proof flushes %s, device flushes %s, turned away %s" % (
-    sys.argv[1], f["reads"], f["hop_free_reads"], f["pool_reads"], f["writes"],
+print("request-path: %s: reads %d (hop-free %d, linked %s, pool %d), writes %d (hop-free %d, retried %d), flushes %d (on the ring %s), log blocks %s, proof flushes %s, device flushes %s, turned away %s" % (
+    sys.argv[1], f["reads"], f["hop_free_reads"], f.get("linked_reads", "-"), f["pool_reads"], f["writes"],
     f["hop_free_writes"], f["hop_free_write_retries"], f["flushes"], f.get("ring_flushes", "-"),
     e.get("log_block_writes", e.get("log_blocks_written", "-")), e.get("proof_flushes", "-"),
     e.get("device_flushes", "-"), f.get("ring_again", "-")))' "$1"

@@ -86,9 +86,9 @@ run_xfs() { # run_xfs NAME BACKEND [--format]
     counts=$("$Z" status "$id" --json | python3 -c 'import json,sys
 f = json.load(sys.stdin)["frontend"]
 print(f["hop_free_reads"], f["pool_reads"], f["hop_free_retries"], f["hop_free_writes"],
-      f["writes"], f["hop_free_write_retries"])')
-    read -r hop pool retries whop writes wretries <<<"$counts"
-    echo "$name: reads hop-free $hop, through the pool $pool, hop-free retried $retries"
+      f["writes"], f["hop_free_write_retries"], f["linked_reads"])')
+    read -r hop pool retries whop writes wretries linked <<<"$counts"
+    echo "$name: reads hop-free $hop ($linked linked to their commit), through the pool $pool, hop-free retried $retries"
     # Writes made on the queue threads' rings are counted, not required: which of xfs's
     # writes the engine can plan depends on their timing against flushes and commits.
     echo "$name: writes hop-free $whop of $writes, hop-free retried $wretries"
@@ -100,7 +100,10 @@ print(f["hop_free_reads"], f["pool_reads"], f["hop_free_retries"], f["hop_free_w
         # run on io_uring worker threads: docs/design.md, "Never on io-wq").
         [ "$hop" = 0 ] && [ "$whop" = 0 ] || vm_fail "$name: the image's I/O went on the rings"
         ;;
-    *) [ "$hop" -gt 0 ] || vm_fail "$name: no read went hop-free" ;;
+    *)
+        [ "$hop" -gt 0 ] || vm_fail "$name: no read went hop-free"
+        [ "$linked" -gt 0 ] || vm_fail "$name: no hop-free read was linked to its commit"
+        ;;
     esac
     [ "$retries" = 0 ] || vm_fail "$name: $retries hop-free reads failed and were retried"
     xfs_repair -n "$bdev" >"$VM_SCRATCH/repair.$name" 2>&1 || {

@@ -29,7 +29,11 @@
 //! read fd (fixed file 1) straight into the tag's buffer, and the tag is committed when the
 //! last CQE is in, with no pool hop and no kick. A piece without a plan sends the whole read
 //! to the pool as before, and so does a ring read that fails or comes up short (the pool's
-//! read reports the error). `QueueShared::hop_free_reads` switches it off.
+//! read reports the error). A read of one device extent goes further
+//! ([`read_then_commit`]): the tag's COMMIT_AND_FETCH is linked behind its device read in
+//! the same submission, so the kernel commits the tag when the read ends and the thread
+//! enters the ring once per such read instead of twice. `QueueShared::hop_free_reads`
+//! switches it all off.
 //!
 //! Writes go the same way when nothing must wait ([`write_hop_free`]): their chunks have no
 //! job queued or running on the pool ([`Dispatch::has_work`]: a planned write never
@@ -64,6 +68,7 @@ use crate::{
 use io_uring::{opcode, types};
 use libublk::helpers::IoBuf;
 use libublk::io::{UblkDev, UblkQueue};
+use libublk::uring_async::UblkUringOpFuture;
 use libublk::{BufDesc, UblkError};
 use serde::Serialize;
 use std::future::Future;
@@ -92,6 +97,9 @@ pub struct IoStats {
     pub pool_reads: AtomicU64,
     /// Hop-free reads whose device read failed or came up short, redone on the pool.
     pub hop_free_retries: AtomicU64,
+    /// Hop-free reads (counted in `hop_free_reads` too) of one device read whose tag's
+    /// commit was linked behind it in the same submission ([`read_then_commit`]).
+    pub linked_reads: AtomicU64,
     /// Writes made on the queue thread's own ring (every piece planned by the target).
     pub hop_free_writes: AtomicU64,
     /// Hop-free writes whose device write failed or came up short, redone on the pool.
@@ -124,6 +132,7 @@ pub struct IoStatsSnapshot {
     pub hop_free_reads: u64,
     pub pool_reads: u64,
     pub hop_free_retries: u64,
+    pub linked_reads: u64,
     pub hop_free_writes: u64,
     pub hop_free_write_retries: u64,
     pub hop_free_handoffs: u64,
@@ -149,6 +158,7 @@ impl IoStats {
             hop_free_reads: g(&self.hop_free_reads),
             pool_reads: g(&self.pool_reads),
             hop_free_retries: g(&self.hop_free_retries),
+            linked_reads: g(&self.linked_reads),
             hop_free_writes: g(&self.hop_free_writes),
             hop_free_write_retries: g(&self.hop_free_write_retries),
             hop_free_handoffs: g(&self.hop_free_handoffs),
@@ -310,7 +320,15 @@ async fn tag_loop(
     loop {
         let iod = q.get_iod(tag);
         let (op_flags, start, nr) = (iod.op_flags, iod.start_sector, iod.nr_sectors);
-        let res = match decode(op_flags, start, nr, capacity, buf_len) {
+        let req = decode(op_flags, start, nr, capacity, buf_len);
+        if let (Ok(req), Some(ring)) = (req, ring) {
+            if let Some(next) = read_then_commit(ring, tag, req, &buf, shared).await {
+                // Committed: the tag holds its next request, or the queue is down.
+                next?;
+                continue;
+            }
+        }
+        let res = match req {
             Ok(req) => execute_with(req, &buf, &completion, shared, ring).await,
             Err(errno) => {
                 tracing::debug!("tag {tag}: rejected op_flags {op_flags:#x} sector {start} n {nr}: errno {errno}");
@@ -320,6 +338,81 @@ async fn tag_loop(
         };
         q.submit_io_commit_cmd(tag, BufDesc::Slice(buf.as_slice()), res)
             .await?;
+    }
+}
+
+/// A read of one device extent served with one ring submission: the device read into the
+/// tag's buffer and the tag's COMMIT_AND_FETCH linked behind it (`IOSQE_IO_LINK`), so that
+/// the kernel commits the tag as soon as the read has ended, without the queue thread
+/// entering the ring once for the read and once more for the commit ([`read_hop_free`]
+/// then the commit in [`tag_loop`]). Under TCG a ring enter is most of what a QD1 read
+/// costs above the ublk round trip (docs/PERFORMANCE.md).
+///
+/// `Some` once the tag is committed: the result of its COMMIT_AND_FETCH (it holds its next
+/// request, or the queue is down). `None` when nothing was committed: the request is not a
+/// read of exactly one device extent the target plans at once, or the read failed or came
+/// up short (the kernel then cancels the linked commit, `-ECANCELED`). The caller runs the
+/// request the usual way then, which retries and reports a real error.
+async fn read_then_commit(
+    ring: &QueueRing<'_, '_>,
+    tag: u16,
+    req: Request,
+    buf: &Arc<IoBuf<u8>>,
+    shared: &QueueShared,
+) -> Option<Result<i32, UblkError>> {
+    let Request::Read { offset, len } = req else {
+        return None;
+    };
+    let target = &shared.target;
+    if !shared.hop_free_reads || target.never_blocks() {
+        return None;
+    }
+    // One chunk, one plan, one device extent no longer than the device takes whole.
+    let in_chunk = offset / target.chunk_size() == (offset + len - 1) / target.chunk_size();
+    if !in_chunk || len > ring.limit().piece() {
+        return None;
+    }
+    let plan = target.plan_read(offset, len)?;
+    let [ReadSegment::Device { offset: at, len: n }] = plan.segments[..] else {
+        return None;
+    };
+    if u64::from(n) != len {
+        return None;
+    }
+    // SAFETY: `buf[..n]` is the tag's buffer (decode checked len <= its size), which `buf`
+    // keeps allocated; nothing else touches it while the tag's request runs, and both
+    // futures are awaited below before this function returns.
+    let (read, commit) = unsafe { ring.read_and_commit(tag, buf, n, at) }?;
+    let res = read.await;
+    if i64::from(res) != len as i64 {
+        // The kernel cancels the commit linked behind a failed or short read. The plan's
+        // guard is dropped uncompleted; the caller retries.
+        drop(plan);
+        shortfall(&[(res, len)], &shared.stats, "linked read");
+        let committed = commit.await;
+        if committed == -libc::ECANCELED {
+            return None;
+        }
+        // Not what io_uring documents: the kernel took a buffer this read did not fill.
+        tracing::error!("tag {tag}: a linked read came back {res} of {len}, yet its commit ran");
+        shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+        return Some(committed_next(committed));
+    }
+    // The data is in the buffer: the zones named may go (the commit does not wait for the
+    // next request to be released, which may be long in coming).
+    plan.guard.complete();
+    let st = &shared.stats;
+    st.count(&req, 1);
+    st.hop_free_reads.fetch_add(1, Ordering::Relaxed);
+    st.linked_reads.fetch_add(1, Ordering::Relaxed);
+    Some(committed_next(commit.await))
+}
+
+/// A COMMIT_AND_FETCH's result as libublk's `submit_io_commit_cmd` gives it.
+fn committed_next(res: i32) -> Result<i32, UblkError> {
+    match res {
+        libublk::sys::UBLK_IO_RES_ABORT => Err(UblkError::QueueIsDown),
+        next => Ok(next),
     }
 }
 
@@ -396,8 +489,63 @@ pub struct QueueRing<'a, 'q> {
     groups: &'a WriteGroups,
 }
 
+impl QueueRing<'_, '_> {
+    /// Start reading `len` bytes at byte `offset` of fixed file 1 into `buf`, and the tag's
+    /// COMMIT_AND_FETCH with result `len`, linked behind the read so that the kernel runs
+    /// it only once the read has read all `len` bytes (else it is cancelled, `-ECANCELED`).
+    /// The futures give the read's result and the commit's. `None` when the queue is
+    /// stopping (libublk would not queue the commit) or the ring has no room for both.
+    ///
+    /// # Safety
+    /// As [`RingIo::read`] for `buf[..len]`, until both futures have completed.
+    unsafe fn read_and_commit(
+        &self,
+        tag: u16,
+        buf: &IoBuf<u8>,
+        len: u32,
+        offset: u64,
+    ) -> Option<(UblkUringOpFuture, UblkUringOpFuture)> {
+        if self.q.is_stopping() {
+            return None;
+        }
+        // Both entries go into the submission queue back to back: a full queue would be
+        // submitted between them, and a link cut at the end of a submission runs the
+        // commit at once, before the read has filled the buffer.
+        let room = libublk::io::with_task_io_ring_mut(|r| {
+            let free = |r: &mut io_uring::IoUring| {
+                let sq = r.submission();
+                sq.capacity() - sq.len()
+            };
+            if free(r) < 2 {
+                let _ = r.submit();
+            }
+            free(r) >= 2
+        });
+        if !room {
+            return None;
+        }
+        let read = opcode::Read::new(types::Fixed(1), buf.as_mut_ptr(), len)
+            .offset(offset)
+            .rw_flags(libc::RWF_NOWAIT)
+            .build()
+            .flags(io_uring::squeue::Flags::IO_LINK);
+        let read = self.q.ublk_submit_sqe(read);
+        // libublk 0.4.8's one call that queues a COMMIT_AND_FETCH at once and returns its
+        // future (`submit_io_commit_cmd` is an async fn: it would queue the command only
+        // when first polled, after the read may already have been submitted alone).
+        #[allow(deprecated)]
+        let commit = self.q.submit_io_cmd(
+            tag,
+            libublk::sys::UBLK_U_IO_COMMIT_AND_FETCH_REQ,
+            buf.as_mut_ptr(),
+            len as i32,
+        );
+        Some((read, commit))
+    }
+}
+
 impl RingIo for QueueRing<'_, '_> {
-    type Fut = libublk::uring_async::UblkUringOpFuture;
+    type Fut = UblkUringOpFuture;
     unsafe fn read(&self, ptr: *mut u8, len: u32, offset: u64) -> Self::Fut {
         let sqe = opcode::Read::new(types::Fixed(1), ptr, len)
             .offset(offset)

@@ -8,7 +8,9 @@
 #                                                null_blk ignores (0 = none) a MAX_OPEN or MAX_ACTIVE
 #                                                that is not below the number of sequential zones;
 #                                                ZONE_MB 0: a conventional (not zoned) disk with
-#                                                discard, e.g. a baseline to compare zonedd with
+#                                                discard, e.g. a baseline to compare zonedd with;
+#                                                NULLB_HW_QUEUE_DEPTH=N in its environment: a
+#                                                hardware queue of N requests (null_blk's 64 else)
 #   remove_nullb NAME|/dev/NAME                  power it off and remove it
 #   make_scsi_debug_smr SIZE_MB ZONE_MB NR_CONV [MAX_OPEN]
 #                                                scsi_debug zbc=host-managed, 4 KiB sectors, like a
@@ -106,6 +108,7 @@ make_nullb() {
             echo "$conv" >"$d/zone_nr_conv" &&
             echo "$max_open" >"$d/zone_max_open" &&
             echo "$max_active" >"$d/zone_max_active" &&
+            { [ -z "${NULLB_HW_QUEUE_DEPTH:-}" ] || echo "$NULLB_HW_QUEUE_DEPTH" >"$d/hw_queue_depth"; } &&
             echo 1 >"$d/power"
     }; then
         echo "make_nullb: configuring $name failed" >&2
