@@ -62,6 +62,13 @@ profile() { # profile NAME [--prefill] FIO-ARGS...
         >"$out/$name.by-thread.txt" 2>/dev/null || true
     perf report -q -i "$VM_SCRATCH/$name.data" --stdio --no-children -g none \
         --sort comm,dso,sym --percent-limit 0.5 >"$out/$name.by-symbol.txt" 2>/dev/null || true
+    # zonedd's threads alone, finer: what the daemon's side of a request costs.
+    perf report -q -i "$VM_SCRATCH/$name.data" --stdio --no-children -g none --comm zonedd \
+        --sort dso,sym --percent-limit 0.1 >"$out/$name.zonedd.txt" 2>/dev/null || true
+    # The same with callees counted in (kernel call chains are whole; zonedd's own stop at
+    # its first frame without a frame pointer).
+    perf report -q -i "$VM_SCRATCH/$name.data" --stdio --children -g none --comm zonedd \
+        --sort sym --percent-limit 0.3 >"$out/$name.zonedd-children.txt" 2>/dev/null || true
     echo "$name: $(head -c 300 "$out/$name.by-thread.txt" | tr -s ' \n' ' ')"
 }
 
