@@ -46,6 +46,7 @@ mkdir -p "$out"
 nb=$(make_nullb nullb0 1536 64 8)
 dm_name=request-path-dmz
 results=$out/request-path.tsv
+daemon_pid="" # the zonedd daemon of the target being run (none for dm-zoned and raw)
 : >"$results"
 
 summary() { # summary FIO-JSON RW: "IOPS MB/s p50-us p99-us [fsync-p50 fsync-p99]"
@@ -60,8 +61,12 @@ if s.get("N", 0):
 print(" ".join("%.1f" % x for x in f))' "$1" "$2"
 }
 
+switches() { # switches PID: context switches (voluntary and not) of all its threads so far
+    cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ { n += $2 } END { print n }'
+}
+
 job() { # job NAME DEV JOB [raw]: run fio, log one result line
-    local name=$1 dev=$2 kind=$3 raw=${4:-} f=$out/$1-$3.json rw=write args=()
+    local name=$1 dev=$2 kind=$3 raw=${4:-} f=$out/$1-$3.json rw=write args=() c0=""
     local common=(--filename="$dev" --eta=never --output-format=json --output="$f")
     case $kind in
     seqwrite)
@@ -82,11 +87,20 @@ job() { # job NAME DEV JOB [raw]: run fio, log one result line
             --size=64M --runtime="$secs" --time_based --randseed=6)
         ;;
     esac
+    [ -z "$daemon_pid" ] || c0=$(switches "$daemon_pid")
     fio --name="$name" "${common[@]}" "${args[@]}" >/dev/null
-    local s
+    local s sw=""
     s=$(summary "$f" "$rw")
     printf '%s\t%s\t%s\n' "${name%-*}" "$kind" "$s" >>"$results"
-    echo "request-path: $name $kind: $s (IOPS MB/s p50-us p99-us [fsync p50 p99])"
+    if [ -n "$c0" ]; then
+        # The daemon's context switches per fio I/O: more than one per I/O at QD1 would
+        # mean a wakeup beyond the one each request needs.
+        sw=$(python3 -c 'import json,sys
+n = json.load(open(sys.argv[1]))["jobs"][0][sys.argv[2]]["total_ios"]
+print(", daemon switches %.2f per I/O" % ((int(sys.argv[4]) - int(sys.argv[3])) / max(n, 1)))' \
+            "$f" "$rw" "$c0" "$(switches "$daemon_pid")")
+    fi
+    echo "request-path: $name $kind: $s (IOPS MB/s p50-us p99-us [fsync p50 p99])$sw"
 }
 
 counters() { # counters NAME ID
@@ -112,6 +126,7 @@ wanted() { # wanted JOB: in ZONEDD_VM_REQUEST_PATH_JOBS (seqwrite: when a read j
 run() { # run NAME floor|zonedd|log|base|dm-zoned|raw
     local name=$1 kind=$2 res dev id="" nr k jobs=(seqwrite randread-qd1 randread-qd16 randwrite fsync)
     local Z=$Z
+    daemon_pid=""
     [ "$kind" != base ] || Z=$base
     if [ "$kind" = log ]; then
         remove_nullb "$nb"
@@ -130,6 +145,7 @@ run() { # run NAME floor|zonedd|log|base|dm-zoned|raw
         res=$("$Z" create --backend "$backend" --queues 2 --depth 64)
         dev=$(sed -n 1p <<<"$res")
         id=$(sed -n 's/^id //p' <<<"$res")
+        daemon_pid=$("$Z" status "$id" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])')
         ;;
     dm-zoned)
         "$Z" format --backend "$nb" --force --reserved-seq 2 >/dev/null

@@ -564,6 +564,22 @@ fn hop_free_reads() -> bool {
     )
 }
 
+/// Linked reads (docs/design.md, "Hop-free reads"): a hop-free read of one device extent
+/// has its tag's commit linked behind its device read when it is the only request its queue
+/// thread has in hand, unless the daemon's environment has `ZONEDD_LINKED_READS=0` (never)
+/// or `=always` (whenever it can: the VM test of cancelled commits, comparisons).
+fn linked_reads() -> frontend::queue::LinkedReads {
+    use frontend::queue::LinkedReads;
+    let var = "ZONEDD_LINKED_READS";
+    let mode = match std::env::var(var).as_deref() {
+        Ok("0") => LinkedReads::Off,
+        Ok("always") => LinkedReads::Always,
+        _ => return LinkedReads::Alone,
+    };
+    tracing::info!("linked reads: {mode:?} ({var})");
+    mode
+}
+
 /// The fd of `source` for the queue threads' rings ([`frontend::BlockTarget::read_fd`]):
 /// only an `O_DIRECT` one (a zoned block device). An emulated image is a buffered file,
 /// whose reads (on tmpfs) and writes (on tmpfs and ext4 alike) 6.12's io_uring cannot
@@ -765,6 +781,7 @@ fn daemon_body(
         hop_free_reads: hop_free_reads(),
         hop_free_writes: hop_free_writes(),
         ring_flushes: ring_flushes(),
+        linked_reads: linked_reads(),
     });
     let engine_stats = opened.stats;
     let reclaim = opened.reclaim;
@@ -949,6 +966,7 @@ mod tests {
             hop_free_reads: false,
             hop_free_writes: false,
             ring_flushes: false,
+            linked_reads: frontend::queue::LinkedReads::Alone,
         });
         // Chunk 0 written whole first: the 8 writes below, in whatever order their threads
         // queue them, are overwrites in place in its buffer zone (no zone emptied, no flush).

@@ -29,10 +29,10 @@
 //! read fd (fixed file 1) straight into the tag's buffer, and the tag is committed when the
 //! last CQE is in, with no pool hop and no kick. A piece without a plan sends the whole read
 //! to the pool as before, and so does a ring read that fails or comes up short (the pool's
-//! read reports the error). A read of one device extent goes further
-//! ([`read_then_commit`]): the tag's COMMIT_AND_FETCH is linked behind its device read in
-//! the same submission, so the kernel commits the tag when the read ends and the thread
-//! enters the ring once per such read instead of twice. `QueueShared::hop_free_reads`
+//! read reports the error). A read of one device extent that is the only request its
+//! thread has in hand goes further ([`read_then_commit`]): the tag's COMMIT_AND_FETCH is
+//! linked behind its device read in the same submission, so the kernel commits the tag
+//! when the read ends and the thread enters the ring once per such read instead of twice. `QueueShared::hop_free_reads`
 //! switches it all off.
 //!
 //! Writes go the same way when nothing must wait ([`write_hop_free`]): their chunks have no
@@ -71,6 +71,7 @@ use libublk::io::{UblkDev, UblkQueue};
 use libublk::uring_async::UblkUringOpFuture;
 use libublk::{BufDesc, UblkError};
 use serde::Serialize;
+use std::cell::Cell;
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -210,6 +211,21 @@ pub struct QueueShared {
     /// io_uring runs an `IORING_OP_FSYNC` on an io-wq worker, a thread switch each way,
     /// which made write+fsync 2.6x slower in the VM (docs/PERFORMANCE.md).
     pub ring_flushes: bool,
+    /// When a hop-free read has the tag's commit linked behind its device read.
+    pub linked_reads: LinkedReads,
+}
+
+/// When a hop-free read of one device extent has its tag's COMMIT_AND_FETCH linked behind
+/// its device read ([`read_then_commit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkedReads {
+    /// Never: the commit is submitted at the read's CQE.
+    Off,
+    /// When the read is the only request its queue thread has in hand (the daemon's
+    /// default: linked reads measured faster at QD1, slower at QD16).
+    Alone,
+    /// Whenever the read is one device extent (tests of the cancelled commit, comparisons).
+    Always,
 }
 
 /// Body of one queue thread (`q_fn` of `run_target`). Returns when the queue is down.
@@ -239,6 +255,7 @@ pub fn run_queue(qid: u16, dev: &UblkDev, shared: Arc<QueueShared>) {
         _ => IoLimit::default(),
     };
     let groups = Rc::new(WriteGroups::default());
+    let serving = Rc::new(Cell::new(0));
     let mut tasks = Vec::new();
     for tag in q.tags() {
         let q = q.clone();
@@ -246,11 +263,13 @@ pub fn run_queue(qid: u16, dev: &UblkDev, shared: Arc<QueueShared>) {
         let kicker = kicker.clone();
         let gate = log_gate.clone();
         let groups = groups.clone();
+        let serving = serving.clone();
         tasks.push(exe.spawn(async move {
             let thread = ThreadRing {
                 log_gate: &gate,
                 groups: &groups,
                 limit,
+                serving: &serving,
             };
             match tag_loop(&q, tag, buf_len, &shared, kicker, hop_free, thread).await {
                 Err(UblkError::QueueIsDown) | Ok(()) => {}
@@ -321,8 +340,9 @@ async fn tag_loop(
         let iod = q.get_iod(tag);
         let (op_flags, start, nr) = (iod.op_flags, iod.start_sector, iod.nr_sectors);
         let req = decode(op_flags, start, nr, capacity, buf_len);
+        let mut serving = Some(Serving::new(thread.serving));
         if let (Ok(req), Some(ring)) = (req, ring) {
-            if let Some(next) = read_then_commit(ring, tag, req, &buf, shared).await {
+            if let Some(next) = read_then_commit(ring, tag, req, &buf, shared, &mut serving).await {
                 // Committed: the tag holds its next request, or the queue is down.
                 next?;
                 continue;
@@ -336,8 +356,30 @@ async fn tag_loop(
                 -errno
             }
         };
+        drop(serving);
         q.submit_io_commit_cmd(tag, BufDesc::Slice(buf.as_slice()), res)
             .await?;
+    }
+}
+
+/// A tag counted among those of its queue thread that hold a request not yet answered
+/// (from its decoding to its commit) while this lives.
+struct Serving<'a>(&'a Cell<usize>);
+
+impl<'a> Serving<'a> {
+    fn new(count: &'a Cell<usize>) -> Self {
+        count.set(count.get() + 1);
+        Serving(count)
+    }
+    /// The only one: no other tag of the thread has a request in hand.
+    fn alone(&self) -> bool {
+        self.0.get() == 1
+    }
+}
+
+impl Drop for Serving<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
     }
 }
 
@@ -345,8 +387,10 @@ async fn tag_loop(
 /// tag's buffer and the tag's COMMIT_AND_FETCH linked behind it (`IOSQE_IO_LINK`), so that
 /// the kernel commits the tag as soon as the read has ended, without the queue thread
 /// entering the ring once for the read and once more for the commit ([`read_hop_free`]
-/// then the commit in [`tag_loop`]). Under TCG a ring enter is most of what a QD1 read
-/// costs above the ublk round trip (docs/PERFORMANCE.md).
+/// then the commit in [`tag_loop`]). Only for a tag `alone` on its thread: with other
+/// requests in hand the thread's next ring enter carries their commits anyway, and linked
+/// reads measured slower there (QD16, docs/PERFORMANCE.md); `serving` is ended at the
+/// read's CQE.
 ///
 /// `Some` once the tag is committed: the result of its COMMIT_AND_FETCH (it holds its next
 /// request, or the queue is down). `None` when nothing was committed: the request is not a
@@ -359,12 +403,18 @@ async fn read_then_commit(
     req: Request,
     buf: &Arc<IoBuf<u8>>,
     shared: &QueueShared,
+    serving: &mut Option<Serving<'_>>,
 ) -> Option<Result<i32, UblkError>> {
     let Request::Read { offset, len } = req else {
         return None;
     };
     let target = &shared.target;
-    if !shared.hop_free_reads || target.never_blocks() {
+    let link = match shared.linked_reads {
+        LinkedReads::Off => false,
+        LinkedReads::Alone => serving.as_ref().is_some_and(Serving::alone),
+        LinkedReads::Always => true,
+    };
+    if !link || !shared.hop_free_reads || target.never_blocks() {
         return None;
     }
     // One chunk, one plan, one device extent no longer than the device takes whole.
@@ -384,6 +434,9 @@ async fn read_then_commit(
     // futures are awaited below before this function returns.
     let (read, commit) = unsafe { ring.read_and_commit(tag, buf, n, at) }?;
     let res = read.await;
+    // Answered, whichever way it went: the commit is either queued behind the read or
+    // cancelled (the retry then runs uncounted, as it is rare).
+    *serving = None;
     if i64::from(res) != len as i64 {
         // The kernel cancels the commit linked behind a failed or short read. The plan's
         // guard is dropped uncompleted; the caller retries.
@@ -422,6 +475,8 @@ struct ThreadRing<'a> {
     log_gate: &'a smol::lock::Mutex<()>,
     groups: &'a WriteGroups,
     limit: IoLimit,
+    /// How many tags of the thread hold a request not yet answered ([`Serving`]).
+    serving: &'a Cell<usize>,
 }
 
 /// Reads and writes a queue thread submits itself: on its own ring in the daemon
@@ -1343,6 +1398,7 @@ mod tests {
             hop_free_reads: hop_free,
             hop_free_writes: hop_free,
             ring_flushes: hop_free,
+            linked_reads: LinkedReads::Alone,
         }
     }
 
@@ -1491,6 +1547,7 @@ mod tests {
             hop_free_reads: true,
             hop_free_writes: true,
             ring_flushes: true,
+            linked_reads: LinkedReads::Alone,
         });
         let writers: Vec<_> = (0..3u64)
             .map(|i| {
@@ -1596,6 +1653,7 @@ mod tests {
             hop_free_reads: true,
             hop_free_writes: true,
             ring_flushes: true,
+            linked_reads: LinkedReads::Alone,
         };
         let c = Arc::new(TagCompletion::new(Arc::new(Kicker::new().unwrap())));
         let buf = Arc::new(IoBuf::<u8>::new(1 << 16));
@@ -1856,6 +1914,7 @@ mod tests {
             hop_free_reads: hop_free,
             hop_free_writes: hop_free,
             ring_flushes: hop_free,
+            linked_reads: LinkedReads::Alone,
         }
     }
 
@@ -2254,6 +2313,7 @@ mod tests {
             hop_free_reads: hop_free,
             hop_free_writes: hop_free,
             ring_flushes: hop_free,
+            linked_reads: LinkedReads::Alone,
         };
         let ring = PreadRing::new(t.read_fd().unwrap(), None);
         (t, d, sh, ring)
@@ -2979,6 +3039,7 @@ mod tests {
             hop_free_reads: true,
             hop_free_writes: true,
             ring_flushes: false,
+            linked_reads: LinkedReads::Alone,
         };
         let exe = smol::LocalExecutor::new();
         let tasks: Vec<_> = writes
