@@ -574,7 +574,11 @@ fn linked_reads() -> frontend::queue::LinkedReads {
     let mode = match std::env::var(var).as_deref() {
         Ok("0") => LinkedReads::Off,
         Ok("always") => LinkedReads::Always,
-        _ => return LinkedReads::Alone,
+        Err(_) => return LinkedReads::Alone,
+        Ok(other) => {
+            tracing::warn!("{var}={other:?} is neither 0 nor always: linked reads as by default");
+            return LinkedReads::Alone;
+        }
     };
     tracing::info!("linked reads: {mode:?} ({var})");
     mode

@@ -99,6 +99,7 @@ const METRICS: &[Def] = &[
     Def("frontend_rejected", "Requests refused before reaching the target.", C, At(&["frontend", "rejected"])),
     Def("frontend_hop_free_reads", "Reads served on the queue thread's own ring.", C, At(&["frontend", "hop_free_reads"])),
     Def("frontend_linked_reads", "Hop-free reads committed by a command linked behind their device read.", C, At(&["frontend", "linked_reads"])),
+    Def("frontend_linked_cancels", "Linked reads whose commit the kernel cancelled (the read failed or was turned away).", C, At(&["frontend", "linked_cancels"])),
     Def("frontend_pool_reads", "Reads served through the worker pool.", C, At(&["frontend", "pool_reads"])),
     Def("frontend_hop_free_retries", "Hop-free reads that failed and were redone on the pool.", C, At(&["frontend", "hop_free_retries"])),
     Def("frontend_hop_free_writes", "Writes made on the queue thread's own ring.", C, At(&["frontend", "hop_free_writes"])),

@@ -101,6 +101,9 @@ pub struct IoStats {
     /// Hop-free reads (counted in `hop_free_reads` too) of one device read whose tag's
     /// commit was linked behind it in the same submission ([`read_then_commit`]).
     pub linked_reads: AtomicU64,
+    /// Linked reads that failed or came up short (`-EAGAIN` included), so that the kernel
+    /// cancelled the commit behind them; their requests were redone the usual way.
+    pub linked_cancels: AtomicU64,
     /// Writes made on the queue thread's own ring (every piece planned by the target).
     pub hop_free_writes: AtomicU64,
     /// Hop-free writes whose device write failed or came up short, redone on the pool.
@@ -134,6 +137,7 @@ pub struct IoStatsSnapshot {
     pub pool_reads: u64,
     pub hop_free_retries: u64,
     pub linked_reads: u64,
+    pub linked_cancels: u64,
     pub hop_free_writes: u64,
     pub hop_free_write_retries: u64,
     pub hop_free_handoffs: u64,
@@ -160,6 +164,7 @@ impl IoStats {
             pool_reads: g(&self.pool_reads),
             hop_free_retries: g(&self.hop_free_retries),
             linked_reads: g(&self.linked_reads),
+            linked_cancels: g(&self.linked_cancels),
             hop_free_writes: g(&self.hop_free_writes),
             hop_free_write_retries: g(&self.hop_free_write_retries),
             hop_free_handoffs: g(&self.hop_free_handoffs),
@@ -222,7 +227,8 @@ pub enum LinkedReads {
     /// Never: the commit is submitted at the read's CQE.
     Off,
     /// When the read is the only request its queue thread has in hand (the daemon's
-    /// default: linked reads measured faster at QD1, slower at QD16).
+    /// default: linked reads measured faster at QD1; at QD16 the measurements did not
+    /// separate linking from not, and a link saves no ring enter there).
     Alone,
     /// Whenever the read is one device extent (tests of the cancelled commit, comparisons).
     Always,
@@ -387,10 +393,11 @@ impl Drop for Serving<'_> {
 /// tag's buffer and the tag's COMMIT_AND_FETCH linked behind it (`IOSQE_IO_LINK`), so that
 /// the kernel commits the tag as soon as the read has ended, without the queue thread
 /// entering the ring once for the read and once more for the commit ([`read_hop_free`]
-/// then the commit in [`tag_loop`]). Only for a tag `alone` on its thread: with other
-/// requests in hand the thread's next ring enter carries their commits anyway, and linked
-/// reads measured slower there (QD16, docs/PERFORMANCE.md); `serving` is ended at the
-/// read's CQE.
+/// then the commit in [`tag_loop`]). By default only for a tag alone on its thread
+/// ([`LinkedReads::Alone`], decided after one yield so that the tags woken by the same
+/// ring enter have counted themselves in): with other requests in hand the thread's next
+/// ring enter carries their commits anyway, so a link saves nothing there. `serving` is
+/// ended once the commit is on its way.
 ///
 /// `Some` once the tag is committed: the result of its COMMIT_AND_FETCH (it holds its next
 /// request, or the queue is down). `None` when nothing was committed: the request is not a
@@ -409,12 +416,20 @@ async fn read_then_commit(
         return None;
     };
     let target = &shared.target;
+    if len == 0 || !shared.hop_free_reads || target.never_blocks() {
+        return None;
+    }
     let link = match shared.linked_reads {
         LinkedReads::Off => false,
-        LinkedReads::Alone => serving.as_ref().is_some_and(Serving::alone),
+        LinkedReads::Alone => {
+            // The tags whose requests came in the same ring enter are woken together: let
+            // them count themselves in before deciding.
+            smol::future::yield_now().await;
+            serving.as_ref().is_some_and(Serving::alone)
+        }
         LinkedReads::Always => true,
     };
-    if !link || !shared.hop_free_reads || target.never_blocks() {
+    if !link {
         return None;
     }
     // One chunk, one plan, one device extent no longer than the device takes whole.
@@ -429,21 +444,26 @@ async fn read_then_commit(
     if u64::from(n) != len {
         return None;
     }
-    // SAFETY: `buf[..n]` is the tag's buffer (decode checked len <= its size), which `buf`
-    // keeps allocated; nothing else touches it while the tag's request runs, and both
-    // futures are awaited below before this function returns.
+    // SAFETY: `buf` is the tag's buffer (decode checked len <= its size), which `buf` keeps
+    // allocated; nothing else touches it while the tag's request runs, and both futures are
+    // awaited below before this function returns: the read's, then the commit's, until
+    // whose completion the kernel owns the whole buffer (it copies the read data out, then
+    // the next write's data in).
     let (read, commit) = unsafe { ring.read_and_commit(tag, buf, n, at) }?;
     let res = read.await;
-    // Answered, whichever way it went: the commit is either queued behind the read or
-    // cancelled (the retry then runs uncounted, as it is rare).
-    *serving = None;
     if i64::from(res) != len as i64 {
         // The kernel cancels the commit linked behind a failed or short read. The plan's
-        // guard is dropped uncompleted; the caller retries.
+        // guard is dropped uncompleted; the caller retries (the request still in hand).
         drop(plan);
-        shortfall(&[(res, len)], &shared.stats, "linked read");
+        if shortfall(&[(res, len)], &shared.stats, "linked read") == Some(HopFree::Failed) {
+            shared
+                .stats
+                .hop_free_retries
+                .fetch_add(1, Ordering::Relaxed);
+        }
         let committed = commit.await;
         if committed == -libc::ECANCELED {
+            shared.stats.linked_cancels.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         // Not what io_uring documents: the kernel took a buffer this read did not fill.
@@ -458,6 +478,8 @@ async fn read_then_commit(
     st.count(&req, 1);
     st.hop_free_reads.fetch_add(1, Ordering::Relaxed);
     st.linked_reads.fetch_add(1, Ordering::Relaxed);
+    // Answered: the commit is on its way, and its completion is the tag's next request.
+    *serving = None;
     Some(committed_next(commit.await))
 }
 
