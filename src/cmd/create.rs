@@ -574,9 +574,13 @@ fn linked_reads() -> frontend::queue::LinkedReads {
     let mode = match std::env::var(var).as_deref() {
         Ok("0") => LinkedReads::Off,
         Ok("always") => LinkedReads::Always,
-        Err(_) => return LinkedReads::Alone,
+        Err(std::env::VarError::NotPresent) => return LinkedReads::Alone,
         Ok(other) => {
             tracing::warn!("{var}={other:?} is neither 0 nor always: linked reads as by default");
+            return LinkedReads::Alone;
+        }
+        Err(e) => {
+            tracing::warn!("{var}: {e}: linked reads as by default");
             return LinkedReads::Alone;
         }
     };

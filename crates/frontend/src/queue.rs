@@ -419,6 +419,11 @@ async fn read_then_commit(
     if len == 0 || !shared.hop_free_reads || target.never_blocks() {
         return None;
     }
+    // One chunk, one plan, one device extent no longer than the device takes whole.
+    let in_chunk = offset / target.chunk_size() == (offset + len - 1) / target.chunk_size();
+    if !in_chunk || len > ring.limit().piece() {
+        return None;
+    }
     let link = match shared.linked_reads {
         LinkedReads::Off => false,
         LinkedReads::Alone => {
@@ -430,11 +435,6 @@ async fn read_then_commit(
         LinkedReads::Always => true,
     };
     if !link {
-        return None;
-    }
-    // One chunk, one plan, one device extent no longer than the device takes whole.
-    let in_chunk = offset / target.chunk_size() == (offset + len - 1) / target.chunk_size();
-    if !in_chunk || len > ring.limit().piece() {
         return None;
     }
     let plan = target.plan_read(offset, len)?;
@@ -455,12 +455,9 @@ async fn read_then_commit(
         // The kernel cancels the commit linked behind a failed or short read. The plan's
         // guard is dropped uncompleted; the caller retries (the request still in hand).
         drop(plan);
-        if shortfall(&[(res, len)], &shared.stats, "linked read") == Some(HopFree::Failed) {
-            shared
-                .stats
-                .hop_free_retries
-                .fetch_add(1, Ordering::Relaxed);
-        }
+        // Counted in `linked_cancels` below; a retry that fails too counts in
+        // `hop_free_retries` as for any hop-free read.
+        shortfall(&[(res, len)], &shared.stats, "linked read");
         let committed = commit.await;
         if committed == -libc::ECANCELED {
             shared.stats.linked_cancels.fetch_add(1, Ordering::Relaxed);
