@@ -32,8 +32,8 @@
 //! read reports the error). A read of one device extent that is the only request its
 //! thread has in hand goes further ([`read_then_commit`]): the tag's COMMIT_AND_FETCH is
 //! linked behind its device read in the same submission, so the kernel commits the tag
-//! when the read ends and the thread enters the ring once per such read instead of twice. `QueueShared::hop_free_reads`
-//! switches it all off.
+//! when the read ends and the thread enters the ring once per such read instead of twice.
+//! `QueueShared::hop_free_reads` switches it all off.
 //!
 //! Writes go the same way when nothing must wait ([`write_hop_free`]): their chunks have no
 //! job queued or running on the pool ([`Dispatch::has_work`]: a planned write never
@@ -420,8 +420,8 @@ async fn read_then_commit(
         return None;
     }
     // One chunk, one plan, one device extent no longer than the device takes whole.
-    let in_chunk = offset / target.chunk_size() == (offset + len - 1) / target.chunk_size();
-    if !in_chunk || len > ring.limit().piece() {
+    let one_piece = split(offset, len, target.chunk_size()).nth(1).is_none();
+    if !one_piece || len > ring.limit().piece() {
         return None;
     }
     let link = match shared.linked_reads {
@@ -563,6 +563,15 @@ pub struct QueueRing<'a, 'q> {
     groups: &'a WriteGroups,
 }
 
+/// A read of `len` bytes at byte `offset` of fixed file 1 into `ptr`, `RWF_NOWAIT` (see
+/// [`RingIo`]).
+fn read_sqe(ptr: *mut u8, len: u32, offset: u64) -> io_uring::squeue::Entry {
+    opcode::Read::new(types::Fixed(1), ptr, len)
+        .offset(offset)
+        .rw_flags(libc::RWF_NOWAIT)
+        .build()
+}
+
 impl QueueRing<'_, '_> {
     /// Start reading `len` bytes at byte `offset` of fixed file 1 into `buf`, and the tag's
     /// COMMIT_AND_FETCH with result `len`, linked behind the read so that the kernel runs
@@ -598,11 +607,7 @@ impl QueueRing<'_, '_> {
         if !room {
             return None;
         }
-        let read = opcode::Read::new(types::Fixed(1), buf.as_mut_ptr(), len)
-            .offset(offset)
-            .rw_flags(libc::RWF_NOWAIT)
-            .build()
-            .flags(io_uring::squeue::Flags::IO_LINK);
+        let read = read_sqe(buf.as_mut_ptr(), len, offset).flags(io_uring::squeue::Flags::IO_LINK);
         let read = self.q.ublk_submit_sqe(read);
         // libublk 0.4.8's one call that queues a COMMIT_AND_FETCH at once and returns its
         // future (`submit_io_commit_cmd` is an async fn: it would queue the command only
@@ -621,10 +626,7 @@ impl QueueRing<'_, '_> {
 impl RingIo for QueueRing<'_, '_> {
     type Fut = UblkUringOpFuture;
     unsafe fn read(&self, ptr: *mut u8, len: u32, offset: u64) -> Self::Fut {
-        let sqe = opcode::Read::new(types::Fixed(1), ptr, len)
-            .offset(offset)
-            .rw_flags(libc::RWF_NOWAIT)
-            .build();
+        let sqe = read_sqe(ptr, len, offset);
         // The SQE is queued now and submitted by the queue's event loop; the future wakes
         // at its CQE (libublk marks it a target I/O in user_data).
         self.q.ublk_submit_sqe(sqe)
