@@ -129,6 +129,7 @@ NB_SEQ=0
 NB=""
 NB_NAME=""  # nullb: the configfs name
 NB_ID=""    # hdd: the id of the `zonedd expose` device
+NB_PID=""   # hdd: its daemon's pid
 NB_IMG=""   # hdd: its image (guest tmpfs)
 fresh_backing() {
     drop_backing
@@ -156,6 +157,7 @@ fresh_backing() {
         }
         NB=$(sed -n 1p <<<"$out")
         NB_ID=$(sed -n 's/^id //p' <<<"$out")
+        NB_PID=$("$Z" status "$NB_ID" --json | jq -er .pid) || NB_PID=""
         ;;
     esac
 }
@@ -167,7 +169,7 @@ drop_backing() {
         timeout 60 "$Z" delete "$NB_ID" >/dev/null || log "warning: cannot delete exposed device $NB_ID"
         rm -f "$NB_IMG"
     fi
-    NB_NAME="" NB_ID="" NB_IMG=""
+    NB_NAME="" NB_ID="" NB_IMG="" NB_PID=""
 }
 
 zd_format() { # zd_format [TARGET]: zd-log[N] formats the log layout (issue 14), others dm-zoned v2
@@ -332,8 +334,19 @@ block_phase() {
         target_down "$t"
         return 1
     }
-    # 1. sequential write, 1 MiB blocks, the whole span (also the precondition for the rest).
+    local size_mb=$(($(blockdev --getsize64 "$DEV") >> 20))
+    [ "$t" = raw ] || [ "$size_mb" -ge $((SPAN_MB + FSYNC_MB)) ] ||
+        log "$t: warning: $size_mb MiB is less than the span and the fsync region ($((SPAN_MB + FSYNC_MB)) MiB): more --zones"
+    # 1. sequential write, 1 MiB blocks, the whole span (also the precondition for the rest),
+    #    with the CPU time the translating daemon (zd-*) and the hdd model's `expose` daemon
+    #    spent meanwhile (issue 15: the model must not cost the daemon more CPU per byte).
+    local c0 e0
+    c0=$(cpu_ticks "$ZD_PID") e0=$(cpu_ticks "$NB_PID")
     fio_run "$t" seqwrite "$T_SEQ" "${sa[@]}" --rw=write --bs=1M --iodepth=8 --runtime="$T_SEQ"
+    [ -z "$c0" ] || rec "$t" seqwrite_cpu_s "$(cpu_seconds "$c0" "$(cpu_ticks "$ZD_PID")")" s
+    [ -z "$e0" ] || rec "$t" seqwrite_expose_cpu_s "$(cpu_seconds "$e0" "$(cpu_ticks "$NB_PID")")" s
+    # 1b. sequential read of what it wrote, 1 MiB blocks.
+    fio_run "$t" seqread "$T_SEQ" "${sa[@]}" --rw=read --bs=1M --iodepth=8 --runtime="$T_SEQ"
     # 2. 4 KiB random reads over the written span.
     fio_run "$t" randread "$T_SHORT" "${sa[@]}" --rw=randread --bs=4k --iodepth=16 \
         --runtime="$T_SHORT" --time_based --randrepeat=0
@@ -356,6 +369,14 @@ block_phase() {
     snapshot "$t" "$OUT/$t/after-block.status"
     target_down "$t"
 }
+
+# cpu_ticks PID: user + system clock ticks of the whole process (all its threads); nothing
+# without a PID. cpu_seconds T0 T1: their difference in seconds.
+cpu_ticks() {
+    [ -n "$1" ] && [ -r "/proc/$1/stat" ] || return 0
+    sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'
+}
+cpu_seconds() { awk -v a="$1" -v b="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", (b - a) / hz }'; }
 
 # ctxsw PID: sum of voluntary + involuntary context switches over the process's threads.
 ctxsw() {
