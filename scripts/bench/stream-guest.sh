@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Where a sequential write lands, seen from the sequential read after it: each volume of
+# ZONEDD_VM_STREAM_LIST (default "log log:1 dm-zoned"; log:N = the log layout with N user
+# frontiers, `format --user-frontiers N`) on a fresh image served by `zonedd expose --timing
+# hdd` (the hdd model, docs/hdd-model.md; ZONEDD_VM_STREAM_DEVICE=nullb for a memory null_blk
+# instead), then fio: 1 MiB sequential writes over ZONEDD_VM_STREAM_MB (default 512) at
+# each queue depth of ZONEDD_VM_STREAM_QDS (default "8 1"), each followed by a 1 MiB QD8
+# sequential read of the same span, and the drive's seeks during that read. One line per job.
+#   scripts/vm-test.sh scripts/bench/stream-guest.sh
+# vm-timeout: 1800
+# vm-memory: 4G
+set -euo pipefail
+source "$(dirname "$0")/../../tests/vm/lib/devices.sh"
+Z=$(zonedd_bin)
+modprobe ublk_drv
+list=${ZONEDD_VM_STREAM_LIST:-log log:1 dm-zoned}
+qds=${ZONEDD_VM_STREAM_QDS:-8 1}
+mb=${ZONEDD_VM_STREAM_MB:-512}
+device=${ZONEDD_VM_STREAM_DEVICE:-hdd}
+out=${OUT:-$VM_SCRATCH}
+mkdir -p "$out"
+
+backing() { # backing: a fresh zoned device in $nb (and $nb_id for the hdd model)
+    nb_id=""
+    case $device in
+    nullb) nb=$(make_nullb "snb$1" 1536 16 8) ;;
+    hdd)
+        img=$VM_SCRATCH/stream-$1.img
+        rm -f "$img"
+        "$Z" emulate "$img" --size 1536M --zone-size 16M --conventional 8 >/dev/null
+        res=$("$Z" expose "$img" --timing hdd)
+        nb=$(sed -n 1p <<<"$res")
+        nb_id=$(sed -n 's/^id //p' <<<"$res")
+        ;;
+    *) echo "ZONEDD_VM_STREAM_DEVICE: nullb or hdd, not $device" >&2 && exit 2 ;;
+    esac
+}
+drop_backing() { # drop_backing N
+    if [ -n "$nb_id" ]; then
+        "$Z" delete "$nb_id" >/dev/null
+        rm -f "$img" # guest RAM
+    else
+        remove_nullb "snb$1"
+    fi
+}
+seeks() { # seeks: the hdd model's seek count so far (0 on null_blk)
+    [ -n "$nb_id" ] || { echo 0 && return; }
+    "$Z" status "$nb_id" --json | jq -r '.timing.stats.seeks'
+}
+mbps() { jq -r ".jobs[0].$2.bw_bytes / 1e6 | floor" "$1"; }
+
+n=0
+for v in $list; do
+    for qd in $qds; do
+        n=$((n + 1))
+        backing "$n"
+        layout=${v%%:*} how=()
+        [ "$layout" = "$v" ] || how=(--user-frontiers "${v#*:}")
+        "$Z" format --backend "$nb" --layout "$layout" "${how[@]}" >/dev/null
+        res=$("$Z" create --backend "$nb" --queues 2 --depth 64)
+        dev=$(sed -n 1p <<<"$res")
+        id=$(sed -n 's/^id //p' <<<"$res")
+        fio --name=w --filename="$dev" --direct=1 --ioengine=libaio --rw=write --bs=1M \
+            --iodepth="$qd" --size="${mb}M" --output-format=json --output="$out/stream-$n-w.json" >/dev/null
+        s0=$(seeks)
+        fio --name=r --filename="$dev" --direct=1 --ioengine=libaio --rw=read --bs=1M \
+            --iodepth=8 --size="${mb}M" --output-format=json --output="$out/stream-$n-r.json" >/dev/null
+        s1=$(seeks)
+        echo "stream: $v, write QD$qd: write $(mbps "$out/stream-$n-w.json" write) MB/s, then read QD8 $(mbps "$out/stream-$n-r.json" read) MB/s with $((s1 - s0)) seeks"
+        "$Z" delete "$id" >/dev/null
+        drop_backing "$n"
+    done
+done
+echo "stream: done"
