@@ -384,7 +384,7 @@ def report(d, res, plots, docs_rel):
                 cells.append("not measured")
                 continue
             ok = zv >= lim if op == ">=" else zv <= lim
-            shown = f"{zv:.0f}" if base is None else f"{zv / bv:.2f}x" if bv else "-"
+            shown = f"{zv:.0f}" if base is None else f"{zv / bv:.3g}x" if bv else "-"
             if res.get(z, {}).get(m, "").startswith(">"):
                 ok = False if op == "<=" else ok
                 shown = ">" + shown
