@@ -6,6 +6,9 @@
 # instead), then fio: 1 MiB sequential writes over ZONEDD_VM_STREAM_MB (default 512) at
 # each queue depth of ZONEDD_VM_STREAM_QDS (default "8 1"), each followed by a 1 MiB QD8
 # sequential read of the same span, and the drive's seeks during that read. One line per job.
+# ZONEDD_VM_STREAM_SETTLE_CAP=S (default 0: off): then wait until the engine's GC and idle
+# compaction counters stay unchanged for 15 s (at most S s) and read the span again: whether
+# compaction puts a scattered stream back in order.
 #   scripts/vm-test.sh scripts/bench/stream-guest.sh
 # vm-timeout: 1800
 # vm-memory: 4G
@@ -17,6 +20,7 @@ list=${ZONEDD_VM_STREAM_LIST:-log log:1 dm-zoned}
 qds=${ZONEDD_VM_STREAM_QDS:-8 1}
 mb=${ZONEDD_VM_STREAM_MB:-512}
 device=${ZONEDD_VM_STREAM_DEVICE:-hdd}
+settle_cap=${ZONEDD_VM_STREAM_SETTLE_CAP:-0}
 out=${OUT:-$VM_SCRATCH}
 mkdir -p "$out"
 
@@ -48,6 +52,25 @@ seeks() { # seeks: the hdd model's seek count so far (0 on null_blk)
     "$Z" status "$nb_id" --json | jq -r '.timing.stats.seeks'
 }
 mbps() { jq -r ".jobs[0].$2.bw_bytes / 1e6 | floor" "$1"; }
+read_span() { # read_span DEV JSON: a 1 MiB QD8 sequential read of the span; "MB/s seeks"
+    local s0 s1
+    s0=$(seeks)
+    fio --name=r --filename="$1" --direct=1 --ioengine=libaio --rw=read --bs=1M \
+        --iodepth=8 --size="${mb}M" --output-format=json --output="$2" >/dev/null
+    s1=$(seeks)
+    echo "$(mbps "$2" read) $((s1 - s0))"
+}
+settle() { # settle ID: until GC and compaction are still for 15 s, at most $settle_cap s
+    local t0=$SECONDS since=$SECONDS fp last=""
+    while ((SECONDS - t0 < settle_cap)); do
+        fp=$("$Z" status "$1" --json | jq -c '.engine | [.gc_blocks_copied, .compact_pages,
+            .compact_blocks, .reclaim_blocks_copied, .background]')
+        [ "$fp" = "$last" ] || { last=$fp && since=$SECONDS; }
+        ((SECONDS - since >= 15)) && break
+        sleep 1
+    done
+    echo "$((since - t0)) s, $("$Z" status "$1" --json | jq -c '.engine | {compact_pages, compact_blocks}')"
+}
 
 n=0
 for v in $list; do
@@ -62,11 +85,15 @@ for v in $list; do
         id=$(sed -n 's/^id //p' <<<"$res")
         fio --name=w --filename="$dev" --direct=1 --ioengine=libaio --rw=write --bs=1M \
             --iodepth="$qd" --size="${mb}M" --output-format=json --output="$out/stream-$n-w.json" >/dev/null
-        s0=$(seeks)
-        fio --name=r --filename="$dev" --direct=1 --ioengine=libaio --rw=read --bs=1M \
-            --iodepth=8 --size="${mb}M" --output-format=json --output="$out/stream-$n-r.json" >/dev/null
-        s1=$(seeks)
-        echo "stream: $v, write QD$qd: write $(mbps "$out/stream-$n-w.json" write) MB/s, then read QD8 $(mbps "$out/stream-$n-r.json" read) MB/s with $((s1 - s0)) seeks"
+        rk=$(read_span "$dev" "$out/stream-$n-r.json") # no /dev/fd in the guest: no <(...)
+        r=${rk% *} k=${rk#* }
+        echo "stream: $v, write QD$qd: write $(mbps "$out/stream-$n-w.json" write) MB/s, then read QD8 $r MB/s with $k seeks"
+        if [ "$settle_cap" -gt 0 ]; then
+            echo "stream: $v, write QD$qd: settled in $(settle "$id")"
+            rk=$(read_span "$dev" "$out/stream-$n-r2.json")
+            r=${rk% *} k=${rk#* }
+            echo "stream: $v, write QD$qd: read again QD8 $r MB/s with $k seeks"
+        fi
         "$Z" delete "$id" >/dev/null
         drop_backing "$n"
     done
