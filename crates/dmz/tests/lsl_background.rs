@@ -134,6 +134,45 @@ fn compaction_follows_scattered_reads() {
     m.verify(&e);
 }
 
+/// A stream whose pieces went to two frontiers (writes in flight together take different
+/// frontiers), read back in requests of one piece each: every request is one device read,
+/// but the scan seeks between requests. It marks the pages, and idle compaction puts the
+/// stream back in order. (Without the scan rule nothing is marked: `compact_pages` 0.)
+#[test]
+fn a_scan_of_a_stream_in_pieces_marks_and_compacts_it() {
+    let dev = formatted_lsl(1024, 64, 4, 64);
+    let o = LogOptions {
+        compact: CompactOn::Reads,
+        ..opts()
+    };
+    let e = Arc::new(LogEngine::open(dev, o).expect("open"));
+    e.start_background().unwrap();
+    e.debug_wait_background();
+    let mut m = LModel::new(&e);
+    let span = 2 * 1020;
+    // Odd pieces are written while a plan of block `far` (never written: the plan is
+    // dropped) holds the first frontier's turn, so they go to the second frontier.
+    let far = 3 * 1020 * BS as u64;
+    for (k, s) in (0..span).step_by(64).enumerate() {
+        let held = (k % 2 == 1).then(|| e.plan_write(far, &[0u8; BS]).expect("a plan"));
+        m.write(&e, s, 64.min(span - s), k as u64 + 1, false);
+        drop(held);
+    }
+    let before = e.debug_page_extents();
+    assert!(before[..2].iter().all(|&x| x > 10), "{before:?}");
+    for s in (0..span).step_by(64) {
+        m.verify_range(&e, s, 64.min(span - s));
+    }
+    e.debug_wait_background();
+    let s = e.stats();
+    assert_eq!(e.background_phase(), Phase::Asleep, "{s:?}");
+    assert_eq!(s.compact_pages, 2, "{s:?}");
+    let after = e.debug_page_extents();
+    assert!(after[..2].iter().all(|&x| x <= 5), "{after:?}");
+    e.debug_check().unwrap();
+    m.verify(&e);
+}
+
 #[test]
 fn gc_drains_to_its_watermark_without_a_writer() {
     // 24 zones of 256 KiB (63 data blocks), 4 conventional: random overwrites of the whole

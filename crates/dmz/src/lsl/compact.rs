@@ -25,7 +25,7 @@ use crate::engine::ids::{Lba, PageId};
 
 use super::gc::GcWork;
 use super::io::Run;
-use super::layout::Layout;
+use super::layout::{Layout, Pba};
 use super::meta::Meta;
 use super::{EngineError, LogEngine};
 
@@ -62,6 +62,9 @@ pub(crate) struct PageSet {
     nr: u32,
     cursor: u32,
     on: CompactOn,
+    /// The block after the last read, and where on the device a read of it would go on
+    /// without a seek (`None`: that read ended on blocks never written).
+    after_read: Option<(Lba, Option<Pba>)>,
 }
 
 impl PageSet {
@@ -71,6 +74,7 @@ impl PageSet {
             nr: 0,
             cursor: 0,
             on,
+            after_read: None,
         }
     }
 
@@ -101,6 +105,19 @@ impl PageSet {
 
     pub fn on(&self) -> CompactOn {
         self.on
+    }
+
+    /// A read of blocks from `first` served by `runs`: whether it continues the read before
+    /// it logically but not on the device (a scan that had to seek between two requests,
+    /// each perhaps one device read: a stream whose pieces went to several frontiers).
+    pub fn scan_jumped(&mut self, first: Lba, n: u32, runs: &[Run]) -> bool {
+        let start = runs.first().and_then(|r| r.from);
+        let jumped = matches!(
+            (self.after_read, start),
+            (Some((lba, Some(at))), Some(from)) if lba == first && at != from
+        );
+        self.after_read = runs.last().map(|r| (Lba(first.0 + n), r.next()));
+        jumped
     }
 
     /// Blocks `lba..lba + n` were written (by a user or a GC copy): marked with
@@ -177,13 +194,21 @@ pub(super) enum Compaction {
 impl LogEngine {
     /// A read of blocks `first..first + n` was served by `runs`: with [`CompactOn::Reads`],
     /// one that needed more device reads than `compact_min_extents` (and than one) marks
-    /// its pages, and wakes the background thread should it sleep. Under `state`.
+    /// its pages, and wakes the background thread should it sleep. So does a read that
+    /// continues the one before it logically but starts elsewhere on the device: a scan over
+    /// a stream scattered in pieces of a request or more (writes in flight together go to
+    /// several frontiers) needs one device read per request and would otherwise never mark
+    /// anything. Whether a marked page is compacted is decided by its extents
+    /// ([`LogEngine::compact_next`]). Under `state`.
     pub(super) fn note_read(&self, st: &mut Meta, first: u32, n: u32, runs: &[Run]) {
         if st.compact.on() != CompactOn::Reads {
             return;
         }
+        let jumped = st.compact.scan_jumped(Lba(first), n, runs);
         let device = runs.iter().filter(|r| r.from.is_some()).count() as u32;
-        if device > self.opts.compact_min_extents.max(1) && st.compact.mark_blocks(Lba(first), n) {
+        if (jumped || device > self.opts.compact_min_extents.max(1))
+            && st.compact.mark_blocks(Lba(first), n)
+        {
             self.stats.read_marks.fetch_add(1, Ordering::Relaxed);
             self.nudge(st);
         }

@@ -277,7 +277,7 @@ pub(super) struct Run {
 
 impl Run {
     /// Where the block after the run would be for the run to go on.
-    fn next(&self) -> Option<Pba> {
+    pub(super) fn next(&self) -> Option<Pba> {
         self.from.map(|p| Pba(p.0 + self.blocks))
     }
 }
