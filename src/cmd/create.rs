@@ -657,6 +657,7 @@ fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
         let mut opts = dmz::lsl::LogOptions::default();
         if zbd::sysfs_rotational(Path::new(&spec.backend)) == Some(true) {
             opts.gc_read_gap_blocks = dmz::lsl::GC_READ_GAP_ROTATIONAL;
+            opts.compact_scans = true;
         }
         if let Some(m) = spec.index_memory_mib {
             opts.index_memory = m.min(MAX_INDEX_MEMORY_MIB) << 20;

@@ -194,8 +194,9 @@ pub(super) enum Compaction {
 impl LogEngine {
     /// A read of blocks `first..first + n` was served by `runs`: with [`CompactOn::Reads`],
     /// one that needed more device reads than `compact_min_extents` (and than one) marks
-    /// its pages, and wakes the background thread should it sleep. So does a read that
-    /// continues the one before it logically but starts elsewhere on the device: a scan over
+    /// its pages, and wakes the background thread should it sleep. So does, with
+    /// `compact_scans` (a spinning disk), a read that continues the one before it logically
+    /// but starts elsewhere on the device: a scan over
     /// a stream scattered in pieces of a request or more (writes in flight together go to
     /// several frontiers) needs one device read per request and would otherwise never mark
     /// anything. Whether a marked page is compacted is decided by its extents
@@ -204,7 +205,7 @@ impl LogEngine {
         if st.compact.on() != CompactOn::Reads {
             return;
         }
-        let jumped = st.compact.scan_jumped(Lba(first), n, runs);
+        let jumped = st.compact.scan_jumped(Lba(first), n, runs) && self.opts.compact_scans;
         let device = runs.iter().filter(|r| r.from.is_some()).count() as u32;
         if (jumped || device > self.opts.compact_min_extents.max(1))
             && st.compact.mark_blocks(Lba(first), n)

@@ -98,6 +98,12 @@ pub struct LogOptions {
     /// Which pages idle compaction looks at: those reads found scattered (the default),
     /// those writes changed, or none.
     pub compact: CompactOn,
+    /// With [`CompactOn::Reads`], a read that continues the one before it logically but
+    /// starts elsewhere on the device also marks its pages (a stream written in pieces on
+    /// several frontiers, scanned one device read per request). Off by default, as suits
+    /// memory and flash, where such a scan costs no seek; `zonedd create` turns it on when
+    /// sysfs says the device spins.
+    pub compact_scans: bool,
     /// Bytes the metadata state may keep resident: the index directory, 5 MiB for the rest
     /// of the state (zone table, frontier summaries, GC's live list: about 4.4 MiB at
     /// 10 TiB), and a cache of index pages in what is left (at least 1 page). The default
@@ -123,6 +129,7 @@ impl Default for LogOptions {
             idle_period: Duration::from_secs(2),
             compact_min_extents: 2,
             compact: CompactOn::Reads,
+            compact_scans: false,
             index_memory: 64 << 20,
         }
     }
