@@ -44,6 +44,18 @@ fn scatter(e: &LogEngine, span: u64, n: usize, seed: u64) -> LModel {
     m
 }
 
+/// Once the background thread is done: asleep again, having compacted two pages, the first
+/// two, each into at most 5 extents (one per 1 MiB zone it spans). The pages' extents.
+fn first_two_pages_compacted(e: &LogEngine) -> Vec<u32> {
+    e.debug_wait_background();
+    let s = e.stats();
+    assert_eq!(e.background_phase(), Phase::Asleep, "{s:?}");
+    assert_eq!(s.compact_pages, 2, "{s:?}");
+    let after = e.debug_page_extents();
+    assert!(after[..2].iter().all(|&x| x <= 5), "{after:?}");
+    after
+}
+
 #[test]
 fn idle_compaction_makes_each_page_one_run_again() {
     // 64 zones of 1 MiB, 4 conventional: about 14 index pages exposed.
@@ -123,12 +135,7 @@ fn compaction_follows_scattered_reads() {
     // (Not counted here: the thread may compact page 0 before this thread looks, the idle
     // period being shorter than the verify; the two pages compacted, and only they, below.)
     m.verify_range(&e, 0, 2 * 1020);
-    e.debug_wait_background();
-    let s = e.stats();
-    assert_eq!(e.background_phase(), Phase::Asleep, "{s:?}");
-    assert_eq!(s.compact_pages, 2, "{s:?}");
-    let after = e.debug_page_extents();
-    assert!(after[..2].iter().all(|&x| x <= 5), "{after:?}");
+    let after = first_two_pages_compacted(&e);
     assert!(after[2..4].iter().all(|&x| x > 100), "{after:?}");
     e.debug_check().unwrap();
     m.verify(&e);
@@ -165,12 +172,7 @@ fn a_scan_of_a_stream_in_pieces_marks_and_compacts_it() {
     for s in (0..span).step_by(64) {
         m.verify_range(&e, s, 64.min(span - s));
     }
-    e.debug_wait_background();
-    let s = e.stats();
-    assert_eq!(e.background_phase(), Phase::Asleep, "{s:?}");
-    assert_eq!(s.compact_pages, 2, "{s:?}");
-    let after = e.debug_page_extents();
-    assert!(after[..2].iter().all(|&x| x <= 5), "{after:?}");
+    first_two_pages_compacted(&e);
     e.debug_check().unwrap();
     m.verify(&e);
 }
