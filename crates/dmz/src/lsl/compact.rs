@@ -62,8 +62,9 @@ pub(crate) struct PageSet {
     nr: u32,
     cursor: u32,
     on: CompactOn,
-    /// The block after the last read, and where on the device a read of it would go on
-    /// without a seek (`None`: that read ended on blocks never written).
+    /// The block after the last read the engine saw (from any queue), and where on the
+    /// device a read of it would go on without a seek: `(end, None)` when that read ended on
+    /// blocks never written; `None` before the first read (or after an empty one).
     after_read: Option<(Lba, Option<Pba>)>,
 }
 
@@ -196,11 +197,10 @@ impl LogEngine {
     /// one that needed more device reads than `compact_min_extents` (and than one) marks
     /// its pages, and wakes the background thread should it sleep. So does, with
     /// `compact_scans` (a spinning disk), a read that continues the one before it logically
-    /// but starts elsewhere on the device: a scan over
-    /// a stream scattered in pieces of a request or more (writes in flight together go to
-    /// several frontiers) needs one device read per request and would otherwise never mark
-    /// anything. Whether a marked page is compacted is decided by its extents
-    /// ([`LogEngine::compact_next`]). Under `state`.
+    /// but starts elsewhere on the device: a scan over a stream scattered in pieces of a
+    /// request or more (writes in flight together go to several frontiers) needs one device
+    /// read per request and would otherwise never mark anything. Whether a marked page is
+    /// compacted is decided by its extents ([`LogEngine::compact_next`]). Under `state`.
     pub(super) fn note_read(&self, st: &mut Meta, first: u32, n: u32, runs: &[Run]) {
         if st.compact.on() != CompactOn::Reads {
             return;
