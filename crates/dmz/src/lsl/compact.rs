@@ -205,7 +205,8 @@ impl LogEngine {
         if st.compact.on() != CompactOn::Reads {
             return;
         }
-        let jumped = st.compact.scan_jumped(Lba(first), n, runs) && self.opts.compact_scans;
+        // The option is fixed at open: off, the scan is neither tracked nor looked at.
+        let jumped = self.opts.compact_scans && st.compact.scan_jumped(Lba(first), n, runs);
         let device = runs.iter().filter(|r| r.from.is_some()).count() as u32;
         if (jumped || device > self.opts.compact_min_extents.max(1))
             && st.compact.mark_blocks(Lba(first), n)
