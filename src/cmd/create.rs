@@ -616,6 +616,23 @@ fn hop_free_writes() -> bool {
     }
 }
 
+/// A stream's planned writes on the log layout go behind one another at one frontier, in
+/// logical order (`LogOptions::stream_pipelines`; docs/design.md, "Planned writes") when
+/// the kernel keeps a zone's writes in the order submitted, unless the daemon's
+/// environment has `ZONEDD_STREAM_PIPELINES=0` (the benches' baseline).
+fn stream_pipelines() -> bool {
+    let var = "ZONEDD_STREAM_PIPELINES";
+    if std::env::var(var).is_ok_and(|v| v == "0") {
+        tracing::info!("stream pipelines off ({var}=0)");
+        return false;
+    }
+    let on = zbd::kernel_orders_zone_writes() == Some(true);
+    if !on {
+        tracing::info!("stream pipelines off: this kernel has no zone write plugging (6.10)");
+    }
+    on
+}
+
 /// Flushes on the queue threads' rings (docs/design.md, "Flushes on the ring") are off
 /// unless the daemon's environment has `ZONEDD_RING_FLUSHES=1`: on 6.12 the ring's fsync
 /// runs on an io-wq worker, and write+fsync measured 2.6x slower that way
@@ -659,6 +676,7 @@ fn open_target(spec: &DeviceSpec) -> Result<Opened, String> {
             opts.gc_read_gap_blocks = dmz::lsl::GC_READ_GAP_ROTATIONAL;
             opts.compact_scans = true;
         }
+        opts.stream_pipelines = stream_pipelines();
         if let Some(m) = spec.index_memory_mib {
             opts.index_memory = m.min(MAX_INDEX_MEMORY_MIB) << 20;
         }

@@ -1,5 +1,5 @@
 //! A log-layout volume (`dmz::lsl`, `zonedd format --layout log`) as the frontend's
-//! [`BlockTarget`]: requests through the pool, keyed by 4 MiB ranges of the logical space,
+//! [`BlockTarget`]: requests through the pool, keyed by 512 KiB ranges of the logical space,
 //! except the reads and writes the engine plans. Planned reads
 //! ([`dmz::lsl::LogEngine::plan_read`]) are read by the queue threads on their own rings
 //! from any device with a read source (hop-free reads: every run of a request submitted at
@@ -14,8 +14,14 @@ use serde_json::{json, Value};
 
 use super::create::Opened;
 
-/// Requests are split, and ordered on the pool, per this much of the logical space.
-const RANGE: u64 = 4 << 20;
+/// Requests are split, and ordered on the pool, per this much of the logical space. A ublk
+/// request carries at most 512 KiB (`frontend::device::IO_BUF_BYTES`): each request of a
+/// stream is then a range of its own, and a hop-free write of it does not wait for the one
+/// before it (one hop-free write per range at a time), so a stream's writes can be planned
+/// behind one another (the engine's stream pipelines). With 4 MiB ranges, no plan of a
+/// 1 MiB QD8 stream on the hdd model was ever pipelined (docs/PERFORMANCE.md, "Stream
+/// pipelines").
+const RANGE: u64 = 512 << 10;
 
 struct LogTarget(Arc<dmz::lsl::LogEngine>);
 

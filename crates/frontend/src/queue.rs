@@ -1039,14 +1039,13 @@ async fn write_hop_free<R: RingIo>(
     };
     let pieces: Vec<_> = split(offset, len, shared.target.chunk_size()).collect();
     if shared.target.groups_writes() {
-        // Its plans append at open zones, whose write pointers a dropped plan rewinds: a
-        // write in one piece, which the device takes all or nothing when it turns it away
-        // (one bio, `IoLimit`), only. Of two pieces, one could land and the other be
-        // turned away, and the zone would then be ahead of what its frontier says.
-        let [p] = pieces[..] else {
-            return HopFree::NoPlan;
-        };
-        if !held.take(p.chunk) {
+        // Its plans append at open zones, whose write pointers a dropped plan rewinds: the
+        // whole write is one member of the group, written with one device write, which the
+        // device takes all or nothing when it turns it away (one bio, `IoLimit`); its
+        // chunks (two, when it crosses a chunk's end) are all held. Planned piece by piece,
+        // one piece could land and the other be turned away, and the zone would then be
+        // ahead of what its frontier says.
+        if !pieces.iter().all(|p| held.take(p.chunk)) {
             return HopFree::NoPlan;
         }
         return write_grouped(ring, offset, len, buf, completion, shared, &mut held).await;
@@ -3203,19 +3202,71 @@ mod tests {
         reads_back(&t, &writes);
     }
 
-    /// On a target whose plans append (write groups), a write of two pieces goes to the
-    /// pool: of two ring writes one could land and the other be turned away.
+    /// A group offers its writes to the target in logical order, whatever order their
+    /// requests came in (a stream's pieces then land one after the other); an offer the
+    /// target turns down sends only its own writes to the pool, and the next is offered.
     #[test]
-    fn a_write_of_two_pieces_on_a_grouping_target_goes_to_the_pool() {
+    fn a_group_offers_its_writes_in_logical_order_and_goes_on_after_a_refusal() {
+        let t = Arc::new(GroupFile::new(16 * 4096, false));
+        let writes = [
+            (3 * FT_CHUNK, 4096, 21u8),
+            (FT_CHUNK, 4096, 22),
+            (0, 8192, 23),
+        ];
+        let (res, ring, queued, _) = group_writes(t.clone(), &[], ring_over(&t, None), &writes);
+        assert_eq!(res, [4096, 4096, 8192]);
+        assert_eq!(ring.writevs.get(), 1);
+        assert!(queued.is_empty());
+        let map = t.map.lock().unwrap().clone();
+        assert!(
+            map[&0] < map[&FT_CHUNK] && map[&FT_CHUNK] < map[&(3 * FT_CHUNK)],
+            "placed out of logical order: {map:?}"
+        );
+        reads_back(&t, &writes);
+        // Room for one block a plan, and an offer of at most two blocks: the two-block
+        // write, offered first and alone, is turned down; the two others then go.
+        let t = Arc::new(GroupFile::new(4096, false));
+        let limit = IoLimit {
+            pages: 256,
+            bytes: 8192,
+        };
+        let ring = ring_over(&t, None).limited(limit);
+        let (res, ring, queued, s) = group_writes(t.clone(), &[], ring, &writes);
+        assert_eq!(res, [4096, 4096, 8192]);
+        assert_eq!(ring.writevs.get(), 2, "the two later offers planned");
+        assert_eq!(queued, [0], "the refused write alone on the pool");
+        assert_eq!(s.hop_free_writes, 2);
+        reads_back(&t, &writes);
+    }
+
+    /// On a target whose plans append (write groups), a write across a chunk's end is one
+    /// member of the group, written with the others in one vectored write, its two chunks
+    /// held; with either chunk busy on the pool, it goes there whole.
+    #[test]
+    fn a_write_of_two_pieces_on_a_grouping_target_is_one_member() {
         let t = Arc::new(GroupFile::new(16 * 4096, false));
         let writes = [(FT_CHUNK - 4096, 8192, 18u8), (4 * FT_CHUNK, 4096, 19)];
-        let (res, ring, mut queued, s) = group_writes(t.clone(), &[], ring_over(&t, None), &writes);
+        let (res, ring, queued, s) = group_writes(t.clone(), &[], ring_over(&t, None), &writes);
         assert_eq!(res, [8192, 4096]);
-        assert_eq!(ring.writevs.get(), 1, "the one-piece write only");
-        queued.sort();
-        assert_eq!(queued, [0, 1], "both pieces on the pool");
-        assert_eq!(s.hop_free_writes, 1);
+        assert_eq!(ring.writevs.get(), 1, "one vectored write for the group");
+        assert!(queued.is_empty(), "nothing on the pool: {queued:?}");
+        assert_eq!(s.hop_free_writes, 2);
         reads_back(&t, &writes);
+        for busy in [0, 1] {
+            let t = Arc::new(GroupFile::new(16 * 4096, false));
+            let (res, ring, mut queued, s) =
+                group_writes(t.clone(), &[busy], ring_over(&t, None), &writes);
+            assert_eq!(res, [8192, 4096]);
+            assert_eq!(ring.writevs.get(), 1, "the other write only");
+            queued.sort();
+            assert_eq!(
+                queued,
+                [0, 1],
+                "both pieces on the pool (chunk {busy} busy)"
+            );
+            assert_eq!(s.hop_free_writes, 1);
+            reads_back(&t, &writes);
+        }
     }
 
     /// A group offers the target no more than one vectored write may carry: by pages

@@ -51,7 +51,7 @@ impl Member {
     }
 }
 
-/// A write of `len` bytes at `offset` (one chunk, held by the caller in `held`) from
+/// A write of `len` bytes at `offset` (its chunks held by the caller in `held`) from
 /// `buf[..len]`, made in the thread's write group.
 pub(crate) async fn write_grouped<R: RingIo>(
     ring: &R,
@@ -149,8 +149,10 @@ async fn run<R: RingIo>(
 }
 
 /// Plans for the members, as many as the target gives, each offered no more members than
-/// one vectored write may carry (`limit`); the members left out, and those too big for
-/// one write alone, get `NoPlan` at once.
+/// one vectored write may carry (`limit`), in logical order (a stream's pieces then come
+/// to the target one after the other, as its pipelines want them: docs/design.md,
+/// "Planned writes"); the members of an offer the target turns down, and those too big
+/// for one write alone, get `NoPlan` at once, and the next ones are offered.
 fn plan_all(members: &[Member], shared: &QueueShared, limit: IoLimit) -> Vec<Planned> {
     let addr = |i: usize| members[i].buf.as_slice().as_ptr() as usize;
     let (mut rest, too_big): (Vec<usize>, Vec<usize>) = (0..members.len())
@@ -158,6 +160,7 @@ fn plan_all(members: &[Member], shared: &QueueShared, limit: IoLimit) -> Vec<Pla
     for i in too_big {
         members[i].finish(HopFree::NoPlan);
     }
+    rest.sort_by_key(|&i| members[i].offset);
     let mut plans = Vec::new();
     while !rest.is_empty() {
         let n = limit.fits(rest.iter().map(|&i| (addr(i), members[i].len)));
@@ -165,21 +168,21 @@ fn plan_all(members: &[Member], shared: &QueueShared, limit: IoLimit) -> Vec<Pla
             .iter()
             .map(|&i| (members[i].offset, members[i].len))
             .collect();
-        let Some(plan) = shared.target.plan_write_group(&asked) else {
-            break;
+        let plan = shared.target.plan_write_group(&asked);
+        let placed: Vec<usize> = plan
+            .as_ref()
+            .map_or(Vec::new(), |p| p.placed.iter().map(|&k| rest[k]).collect());
+        let Some(plan) = plan.filter(|_| !placed.is_empty()) else {
+            for i in rest.drain(..n) {
+                members[i].finish(HopFree::NoPlan);
+            }
+            continue;
         };
-        let placed: Vec<usize> = plan.placed.iter().map(|&k| rest[k]).collect();
-        if placed.is_empty() {
-            break;
-        }
         rest.retain(|i| !placed.contains(i));
         plans.push(Planned {
             plan,
             members: placed,
         });
-    }
-    for i in rest {
-        members[i].finish(HopFree::NoPlan);
     }
     plans
 }

@@ -462,6 +462,23 @@ pub fn sysfs_rotational(path: &Path) -> Option<bool> {
     sysfs_queue_attr(path, "rotational").map(|s| s != "0")
 }
 
+/// Whether the running kernel keeps each zone's writes in the order they were submitted,
+/// several in flight together (zone write plugging: Linux 6.10 and later; `RWF_NOWAIT`
+/// writes are plugged too, never turned away). `None` when the release cannot be read.
+pub fn kernel_orders_zone_writes() -> Option<bool> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    release_at_least(&release, (6, 10))
+}
+
+/// Whether a kernel release string (`6.12.95+deb12-amd64`) is `want` (major, minor) or
+/// later; `None` when it does not start with `MAJOR.MINOR`.
+fn release_at_least(release: &str, want: (u32, u32)) -> Option<bool> {
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next()?.parse().ok()?;
+    let minor: u32 = parts.next()?.parse().ok()?;
+    Some((major, minor) >= want)
+}
+
 /// `/sys/dev/block/MAJ:MIN/queue/<attr>` of a block device (or of its disk for a partition).
 pub(crate) fn sysfs_queue_attr(path: &Path, attr: &str) -> Option<String> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -609,4 +626,22 @@ fn open_backend(path: &Path, exclusive: bool) -> Result<Box<dyn ZonedDevice>> {
 
 fn open_zoned_blockdev(path: &Path, exclusive: bool) -> Result<Box<dyn ZonedDevice>> {
     Ok(Box::new(BlockDev::open(path, exclusive)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::release_at_least;
+
+    #[test]
+    fn kernel_releases_compare_by_major_and_minor() {
+        assert_eq!(
+            release_at_least("6.12.95+deb12-amd64\n", (6, 10)),
+            Some(true)
+        );
+        assert_eq!(release_at_least("6.10.0", (6, 10)), Some(true));
+        assert_eq!(release_at_least("6.9.12-arch1", (6, 10)), Some(false));
+        assert_eq!(release_at_least("5.15.0-91-generic", (6, 10)), Some(false));
+        assert_eq!(release_at_least("7.0-rc1", (6, 10)), Some(true));
+        assert_eq!(release_at_least("garbage", (6, 10)), None);
+    }
 }

@@ -124,7 +124,8 @@ impl LogEngine {
     }
 
     /// A user frontier's turn: the first free one (so a lone writer keeps one frontier and
-    /// its stream stays in one zone), else wait for one, taken in rotation.
+    /// its stream stays in one zone), else wait for one, taken in rotation (counted in
+    /// `turn_waiters`: a stream's pipeline holding it then ends).
     fn take_turn(&self) -> (Slot, ArcMutexGuard<RawMutex, ()>) {
         for (s, t) in self.turns.iter().enumerate() {
             if let Some(g) = t.try_lock_arc() {
@@ -132,7 +133,11 @@ impl LogEngine {
             }
         }
         let s = self.next_turn.fetch_add(1, Ordering::Relaxed) % self.turns.len();
-        (Slot(s), self.turns[s].lock_arc())
+        self.turn_waiters[s].fetch_add(1, Ordering::Relaxed);
+        self.stats.turn_waits.fetch_add(1, Ordering::Relaxed);
+        let turn = self.turns[s].lock_arc();
+        self.turn_waiters[s].fetch_sub(1, Ordering::Relaxed);
+        (Slot(s), turn)
     }
 
     /// Unmap `len` bytes at `offset` (they read as zeros); logged like a write.

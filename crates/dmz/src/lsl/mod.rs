@@ -104,6 +104,12 @@ pub struct LogOptions {
     /// memory and flash, where such a scan costs no seek; `zonedd create` turns it on when
     /// sysfs says the device spins.
     pub compact_scans: bool,
+    /// Plans of one thread that continue a stream may be placed behind one another at one
+    /// user frontier, several in flight there together (`plan::Pipeline`), so that a
+    /// stream written at a queue depth above one lands in logical order. It needs the
+    /// kernel to keep a zone's writes in the order they were submitted (zone write
+    /// plugging, Linux 6.10): off by default; `zonedd create` turns it on there.
+    pub stream_pipelines: bool,
     /// Bytes the metadata state may keep resident: the index directory, 5 MiB for the rest
     /// of the state (zone table, frontier summaries, GC's live list: about 4.4 MiB at
     /// 10 TiB), and a cache of index pages in what is left (at least 1 page). The default
@@ -130,6 +136,7 @@ impl Default for LogOptions {
             compact_min_extents: 2,
             compact: CompactOn::Reads,
             compact_scans: false,
+            stream_pipelines: false,
             index_memory: 64 << 20,
         }
     }
@@ -178,6 +185,11 @@ pub struct LogStats {
     /// planned_groups` is the mean group size.
     pub planned_writes: u64,
     pub planned_groups: u64,
+    /// Plans placed behind another plan of the same thread still in flight at the same
+    /// frontier, continuing its stream (`LogOptions::stream_pipelines`).
+    pub planned_pipelined: u64,
+    /// Writes through the engine that found every user frontier's turn taken and waited.
+    pub turn_waits: u64,
     pub planned_write_waits: u64,
     /// Summary blocks that failed their CRC and were rebuilt from the index.
     pub summary_rebuilds: u64,
@@ -222,6 +234,8 @@ struct Counters {
     flushes: AtomicU64,
     planned: AtomicU64,
     planned_groups: AtomicU64,
+    pipelined: AtomicU64,
+    turn_waits: AtomicU64,
     planned_waits: AtomicU64,
     summary_rebuilds: AtomicU64,
     replayed: AtomicU64,
@@ -235,18 +249,23 @@ pub struct LogEngine {
     layout: Layout,
     opts: LogOptions,
     state: Mutex<Meta>,
-    /// One per user frontier: held by the write placing on it, from placing to logging (a
-    /// planned write's guard holds it from its plan to its completion).
+    /// One per user frontier: held by the write placing on it, from placing to logging (the
+    /// planned writes of a `plan::Pipeline` hold it together, from the first plan to the
+    /// last one's completion).
     turns: Vec<Arc<Mutex<()>>>,
     next_turn: AtomicUsize,
+    /// Per user frontier, the writes through the engine waiting for its turn: a stream's
+    /// pipeline there takes no more plans meanwhile, so that it ends and lets them in.
+    turn_waiters: Vec<AtomicUsize>,
     wlock: Mutex<()>,
     /// The one log writer (a planned log write holds it while its blocks are written by the
     /// caller, `plan::LogWrite`).
     log_write: Arc<Mutex<()>>,
-    /// The logical blocks (first, count) of the planned writes in flight (`plan`): a write
-    /// or discard through the engine that overlaps one waits on `planned_done` until it has
-    /// logged its record, so that it is not overtaken by an older write.
-    planned: Mutex<Vec<(u32, u32)>>,
+    /// The planned writes in flight and the user frontiers' pipelines (`plan::Planned`): a
+    /// write or discard through the engine that overlaps a planned write waits on
+    /// `planned_done` until it has logged its record, so that it is not overtaken by an
+    /// older write.
+    planned: Mutex<plan::Planned>,
     planned_done: Condvar,
     /// Notified (with `state`) when a GC batch copied without `wlock` is back in `Meta::gc`.
     gc_copied: Condvar,
@@ -345,6 +364,8 @@ impl LogEngine {
             flushes: c(&self.stats.flushes),
             planned_writes: c(&self.stats.planned),
             planned_groups: c(&self.stats.planned_groups),
+            planned_pipelined: c(&self.stats.pipelined),
+            turn_waits: c(&self.stats.turn_waits),
             planned_write_waits: c(&self.stats.planned_waits),
             summary_rebuilds: c(&self.stats.summary_rebuilds),
             replayed_records: c(&self.stats.replayed),

@@ -227,6 +227,8 @@ impl LogEngine {
         } = load(&dev, opts.index_memory, opts.compact, Mode::Open)?;
         layout.check_limits(&dev.geometry())?;
         meta.log.start_at(next_seq);
+        let layout_users = layout.user_frontiers();
+        let planned = super::plan::Planned::new(layout_users as usize);
         let turns = (0..layout.user_frontiers())
             .map(|_| Arc::new(Mutex::new(())))
             .collect();
@@ -237,9 +239,10 @@ impl LogEngine {
             state: Mutex::new(meta),
             turns,
             next_turn: AtomicUsize::new(0),
+            turn_waiters: (0..layout_users).map(|_| AtomicUsize::new(0)).collect(),
             wlock: Mutex::new(()),
             log_write: Arc::new(Mutex::new(())),
-            planned: Mutex::new(Vec::new()),
+            planned: Mutex::new(planned),
             planned_done: Condvar::new(),
             gc_copied: Condvar::new(),
             gc_copy_waiters: Default::default(),

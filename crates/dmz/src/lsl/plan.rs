@@ -25,11 +25,19 @@
 //! keeps its blocks in `LogEngine::planned` until then, where a write or discard through the engine
 //! over any of them waits (`wait_planned`), so that the older write never logs last. Placing needs
 //! only the turn and `state`: no `wlock`, which a GC or a checkpoint may hold long.
+//!
+//! With `LogOptions::stream_pipelines`, a plan that continues a stream (its first write
+//! begins right after the last block placed at a user frontier) may be placed there behind
+//! plans of the same thread still in flight: a [`Pipeline`] holds the turn for all of them.
+//! The thread submits their data in the order placed, and the kernel keeps a zone's writes
+//! in the order submitted (zone write plugging), so they reach the zone in write-pointer
+//! order.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::thread::ThreadId;
 
-use parking_lot::{ArcMutexGuard, ArcRwLockReadGuard, RawMutex, RawRwLock};
+use parking_lot::{ArcMutexGuard, ArcRwLockReadGuard, Mutex, RawMutex, RawRwLock};
 
 use crate::engine::ids::{Lba, ZoneId, BLOCK, IO_BATCH_BLOCKS};
 use crate::engine::meta::log::PAYLOAD;
@@ -38,28 +46,75 @@ use crate::engine::ReadSegment;
 use super::layout::Pba;
 use super::meta::Meta;
 use super::record::LogRec;
-use super::zones::{Slot, ZoneState};
+use super::zones::{Frontier, Slot, ZoneState};
 use super::{EngineError, LogEngine};
 
 /// Writes placed one after the other at a user frontier (one write, or a write group: the
 /// writes a queue thread gathered, written with one device write), their data still to be
 /// written by the caller at [`LogWritePlan::device_offset`], in the order of
 /// [`LogWritePlan::placed`]. Dropped without [`LogWritePlan::complete`] (not written, or the
-/// data write failed), it records nothing and gives its blocks back to the frontier (nobody
-/// placed after them: its guard holds the turn). If the failed write moved the zone's write
-/// pointer all the same, the next write there fails at the device and stops the engine:
-/// never a silent misplacement.
+/// data write failed), it records nothing, and its frontier gets its room back once the
+/// plan's [`Pipeline`] ends with no plan after it recorded. If the failed write moved the
+/// zone's write pointer all the same, the next write there fails at the device and stops
+/// the engine: never a silent misplacement.
 pub struct LogWritePlan {
     engine: Arc<LogEngine>,
-    slot: Slot,
-    zone: ZoneId,
+    /// The turn it holds, with the plans placed before it still in flight.
+    pipe: Arc<Pipeline>,
     off: u32,
     /// The writes placed, in device order from `off`.
     members: Vec<Member>,
     /// Set by [`LogWritePlan::write_for_test`]: the device already knows of the data.
     through_device: bool,
     done: bool,
+}
+
+/// The planned writes in flight (`LogEngine::planned`): their logical blocks, and each user
+/// frontier's pipeline, if one may still be in flight there.
+pub(super) struct Planned {
+    /// The logical blocks (first, count) of each planned write in flight.
+    ranges: Vec<(u32, u32)>,
+    /// By user slot.
+    pipelines: Vec<Weak<Pipeline>>,
+}
+
+impl Planned {
+    pub(super) fn new(user_frontiers: usize) -> Planned {
+        Planned {
+            ranges: Vec::new(),
+            pipelines: (0..user_frontiers).map(|_| Weak::new()).collect(),
+        }
+    }
+}
+
+/// The plans of one thread in flight at one user frontier, placed one after the other: they
+/// hold its turn together, and the last one gone releases it. Only the thread that placed
+/// the first plan adds to it (its ring submits the data in the order placed), and only a
+/// write that continues the stream placed last ([`LogEngine::plan_writes`]).
+///
+/// Its plans may complete in any order. The device learns of the zone's writes in order
+/// ([`Pipeline::report_written`]): a plan's write that succeeded at a sequential zone's
+/// write pointer means that every write placed before it in the zone succeeded too. A plan
+/// dropped unrecorded leaves a hole; the pipeline takes no plan after that, and when it
+/// ends, the frontier's write pointer goes back to the hole unless a plan past it was
+/// recorded (only possible where the zone is conventional: the hole then stays, unmapped).
+pub(super) struct Pipeline {
+    engine: Arc<LogEngine>,
+    slot: Slot,
+    zone: ZoneId,
+    owner: ThreadId,
+    ends: Mutex<PipeEnds>,
     _turn: ArcMutexGuard<RawMutex, ()>,
+}
+
+/// Where a [`Pipeline`]'s plans stand, as blocks of its zone.
+struct PipeEnds {
+    /// The device has been told of the zone's writes below this (`source_written`).
+    reported: u32,
+    /// The end of the furthest plan recorded.
+    recorded: u32,
+    /// The start of the first plan dropped unrecorded.
+    hole: Option<u32>,
 }
 
 /// One write of a [`LogWritePlan`]: its index among the writes asked for, and its logical
@@ -175,6 +230,11 @@ impl LogEngine {
             return None;
         }
         let mut planned = self.planned.lock();
+        if self.opts.stream_pipelines {
+            if let Some(plan) = self.plan_stream(&mut planned, writes) {
+                return Some(plan);
+            }
+        }
         let data_blocks = self.layout.data_blocks();
         for (s, t) in self.turns.iter().enumerate() {
             let Some(turn) = t.try_lock_arc() else {
@@ -185,31 +245,113 @@ impl LogEngine {
                 continue;
             };
             let room = (data_blocks - f.wp).min(IO_BATCH_BLOCKS);
-            let members = self.pick_members(writes, room, &planned);
+            let members = self.pick_members(writes, room, &planned.ranges);
             if members.is_empty() {
                 continue;
             }
-            let off = f.wp;
-            for m in &members {
-                for i in 0..m.n {
-                    f.summary[f.wp as usize] = Some(Lba(m.first + i));
-                    f.wp += 1;
-                }
-                planned.push((m.first, m.n));
-            }
-            let zone = f.zone;
-            return Some(LogWritePlan {
-                engine: self.clone(),
-                slot: Slot(s),
-                zone,
-                off,
-                members,
-                through_device: false,
-                done: false,
-                _turn: turn,
-            });
+            let pipe = Pipeline::new(self, Slot(s), f, turn);
+            planned.pipelines[s] = Arc::downgrade(&pipe);
+            return Some(self.place_planned(f, &mut planned, pipe, members));
         }
         None
+    }
+
+    /// A plan continuing a stream: a user frontier whose last block placed comes logically
+    /// right before one of `writes`, taken with its turn free or through this thread's
+    /// pipeline there (unbroken, and no write through the engine waiting for the turn: a
+    /// stream would otherwise hold it for a whole zone); its members the writes that
+    /// continue one another from there ([`LogEngine::pick_chain`]).
+    fn plan_stream(
+        self: &Arc<Self>,
+        planned: &mut Planned,
+        writes: &[(u64, u64)],
+    ) -> Option<LogWritePlan> {
+        let ranges: Vec<Option<(u32, u32)>> = writes
+            .iter()
+            .map(|&(offset, len)| self.range(offset, len as usize).ok())
+            .collect();
+        let starts = |next: u32| {
+            ranges
+                .iter()
+                .any(|r| r.is_some_and(|(f, n)| f == next && n > 0))
+        };
+        let nexts: Vec<Option<u32>> = {
+            let mut st = self.state.lock();
+            (0..self.turns.len())
+                .map(|s| stream_next(st.zones.frontier(Slot(s)).as_ref()?))
+                .collect()
+        };
+        let me = std::thread::current().id();
+        let data_blocks = self.layout.data_blocks();
+        for (s, next) in nexts.into_iter().enumerate() {
+            // A write through the engine waits for this turn: let the pipeline end.
+            if !next.is_some_and(starts) || self.turn_waiters[s].load(Ordering::Relaxed) > 0 {
+                continue;
+            }
+            let joined = planned.pipelines[s].upgrade();
+            let access = match joined {
+                Some(p) if p.owner == me && p.ends.lock().hole.is_none() => Ok(p),
+                Some(_) => continue,
+                None => match self.turns[s].try_lock_arc() {
+                    Some(turn) => Err(turn),
+                    None => continue,
+                },
+            };
+            let mut st = self.state.lock();
+            let Some(f) = st.zones.frontier(Slot(s)) else {
+                continue;
+            };
+            let Some(next) = stream_next(f) else {
+                continue;
+            };
+            let room = (data_blocks - f.wp).min(IO_BATCH_BLOCKS);
+            let members = pick_chain(&ranges, next, room, &planned.ranges);
+            if members.is_empty() {
+                // `state` goes before the pipeline may (its drop takes it).
+                drop(st);
+                continue;
+            }
+            let pipe = match access {
+                Ok(p) => {
+                    self.stats.pipelined.fetch_add(1, Ordering::Relaxed);
+                    p
+                }
+                Err(turn) => {
+                    let p = Pipeline::new(self, Slot(s), f, turn);
+                    planned.pipelines[s] = Arc::downgrade(&p);
+                    p
+                }
+            };
+            return Some(self.place_planned(f, planned, pipe, members));
+        }
+        None
+    }
+
+    /// Place `members` one after the other at `f` (the frontier of `pipe`'s slot): the
+    /// summary names their blocks, and they join the planned writes in flight.
+    fn place_planned(
+        self: &Arc<Self>,
+        f: &mut Frontier,
+        planned: &mut Planned,
+        pipe: Arc<Pipeline>,
+        members: Vec<Member>,
+    ) -> LogWritePlan {
+        let off = f.wp;
+        for m in &members {
+            for i in 0..m.n {
+                f.summary[f.wp as usize] = Some(Lba(m.first + i));
+                f.wp += 1;
+            }
+            planned.ranges.push((m.first, m.n));
+        }
+        LogWritePlan {
+            engine: self.clone(),
+            pipe,
+            off,
+            members,
+            through_device: false,
+            done: false,
+        }
     }
 
     /// The writes of a group that fit `room` blocks, in the order asked, none overlapping a
@@ -249,7 +391,7 @@ impl LogEngine {
     pub(super) fn wait_planned(&self, first: u32, n: u32) {
         let mut planned = self.planned.lock();
         let mut counted = false;
-        while planned.iter().any(|&p| overlaps(p, (first, n))) {
+        while planned.ranges.iter().any(|&p| overlaps(p, (first, n))) {
             if !counted {
                 self.stats.planned_waits.fetch_add(1, Ordering::Relaxed);
                 counted = true;
@@ -296,6 +438,108 @@ fn overlaps(a: (u32, u32), b: (u32, u32)) -> bool {
     a.0 < b.0 + b.1 && b.0 < a.0 + a.1
 }
 
+/// The logical block after the last one placed at `f`: where a stream written there goes
+/// on. `None` before the first block, or when the last block is not known (rebuilt at open).
+fn stream_next(f: &Frontier) -> Option<u32> {
+    let last = f.wp.checked_sub(1)?;
+    f.summary[last as usize].map(|l| l.0 + 1)
+}
+
+/// The writes (their block ranges, `None` for one out of range) that continue one another
+/// from logical block `next`, in that order, within `room` blocks and one log block of
+/// records, none overlapping a write in `planned`.
+fn pick_chain(
+    ranges: &[Option<(u32, u32)>],
+    mut next: u32,
+    room: u32,
+    planned: &[(u32, u32)],
+) -> Vec<Member> {
+    let mut members = Vec::new();
+    let (mut total, mut bytes) = (0, 0);
+    while let Some(idx) = ranges
+        .iter()
+        .position(|r| r.is_some_and(|(f, n)| f == next && n > 0))
+    {
+        let Some((first, n)) = ranges[idx] else {
+            break;
+        };
+        let rec_len = LogRec::append_len(n);
+        if total + n > room
+            || bytes + rec_len > PAYLOAD
+            || planned.iter().any(|&p| overlaps(p, (first, n)))
+        {
+            break;
+        }
+        total += n;
+        bytes += rec_len;
+        members.push(Member { idx, first, n });
+        next = first + n;
+    }
+    members
+}
+
+impl Pipeline {
+    /// A pipeline at `f`, the frontier of `slot`, whose turn is `turn`, owned by this thread.
+    fn new(
+        engine: &Arc<LogEngine>,
+        slot: Slot,
+        f: &Frontier,
+        turn: ArcMutexGuard<RawMutex, ()>,
+    ) -> Arc<Pipeline> {
+        Arc::new(Pipeline {
+            engine: engine.clone(),
+            slot,
+            zone: f.zone,
+            owner: std::thread::current().id(),
+            ends: Mutex::new(PipeEnds {
+                reported: f.wp,
+                recorded: f.wp,
+                hole: None,
+            }),
+            _turn: turn,
+        })
+    }
+
+    /// The data of a plan ending at block `end` of the zone was written through the read
+    /// source: tell the device of every write of the zone up to there not told yet (a
+    /// plan placed before it may complete later, on another thread).
+    fn report_written(&self, end: u32) -> Result<(), EngineError> {
+        let e = &self.engine;
+        let mut ends = self.ends.lock();
+        if end > ends.reported {
+            let from = ends.reported;
+            let len = (end - from) as u64 * BLOCK as u64;
+            e.dev(
+                e.dev
+                    .source_written(e.layout.zone_offset(self.zone, from), len),
+            )?;
+            ends.reported = end;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Pipeline {
+    /// Its last plan is gone: give the frontier back the room from the first hole on, if no
+    /// plan past it was recorded. The turn is released after this, with the guard.
+    fn drop(&mut self) {
+        let ends = self.ends.get_mut();
+        let Some(hole) = ends.hole else {
+            return;
+        };
+        if ends.recorded > hole {
+            return;
+        }
+        let mut st = self.engine.state.lock();
+        if let Some(f) = st.zones.frontier(self.slot) {
+            if f.zone == self.zone && f.wp > hole {
+                f.summary[hole as usize..f.wp as usize].fill(None);
+                f.wp = hole;
+            }
+        }
+    }
+}
+
 impl LogReadPlan {
     pub fn segments(&self) -> &[ReadSegment] {
         &self.segments
@@ -320,7 +564,7 @@ impl std::fmt::Debug for LogReadPlan {
 impl LogWritePlan {
     /// Byte offset on the device (of the read source: add its `base`) for the data.
     pub fn device_offset(&self) -> u64 {
-        self.engine.layout.zone_offset(self.zone, self.off)
+        self.engine.layout.zone_offset(self.pipe.zone, self.off)
     }
 
     /// The writes placed ([`LogEngine::plan_writes`]), by their index among those asked
@@ -412,7 +656,7 @@ impl LogWritePlan {
             .map(|m| {
                 let rec = LogRec::Append {
                     lba: Lba(m.first),
-                    zone: self.zone,
+                    zone: self.pipe.zone,
                     off,
                     crcs: crcs.by_ref().take(m.n as usize).collect(),
                 };
@@ -432,14 +676,15 @@ impl LogWritePlan {
         let e = &self.engine;
         e.check_failed()?;
         let blocks = self.blocks() as u64;
+        let end = self.off + self.blocks();
         if !self.through_device {
-            e.dev(
-                e.dev
-                    .source_written(self.device_offset(), blocks * BLOCK as u64),
-            )?;
+            self.pipe.report_written(end)?;
         }
         let seq = append()?;
         self.done = true;
+        let mut ends = self.pipe.ends.lock();
+        ends.recorded = ends.recorded.max(end);
+        drop(ends);
         let writes = self.members.len() as u64;
         e.stats.writes.fetch_add(writes, Ordering::Relaxed);
         e.stats.planned.fetch_add(writes, Ordering::Relaxed);
@@ -464,24 +709,26 @@ impl Drop for LogWritePlan {
     fn drop(&mut self) {
         let e = &self.engine;
         if !self.done {
-            let n = self.blocks();
+            // Its blocks name nothing; its pipeline gives the room back when it ends.
+            let r = self.off as usize..(self.off + self.blocks()) as usize;
             let mut st = e.state.lock();
-            if let Some(f) = st.zones.frontier(self.slot) {
-                if f.zone == self.zone && f.wp == self.off + n {
-                    f.wp = self.off;
-                    let r = self.off as usize..(self.off + n) as usize;
+            if let Some(f) = st.zones.frontier(self.pipe.slot) {
+                if f.zone == self.pipe.zone {
                     f.summary[r].fill(None);
                 }
             }
+            drop(st);
+            let mut ends = self.pipe.ends.lock();
+            ends.hole = Some(ends.hole.map_or(self.off, |h| h.min(self.off)));
         }
         let mut planned = e.planned.lock();
         for m in &self.members {
-            if let Some(i) = planned.iter().position(|&p| p == (m.first, m.n)) {
-                planned.swap_remove(i);
+            if let Some(i) = planned.ranges.iter().position(|&p| p == (m.first, m.n)) {
+                planned.ranges.swap_remove(i);
             }
         }
         e.planned_done.notify_all();
-        // The turn is released after this, with the guard.
+        // The pipeline (and with its last plan the turn) goes after this, with `pipe`.
     }
 }
 

@@ -37,12 +37,15 @@ pub fn formatted_lsl(
 /// power-cut tests' compactions (`debug_compact`) find pages without reading them first
 /// (the compaction itself is the same whichever event marked its page); GC reads through
 /// gaps of up to 2 blocks (`gc_read_gap_blocks`, a disk's setting), so that its reads are
-/// of both kinds: straight into the batch's buffer, and through a span.
+/// of both kinds: straight into the batch's buffer, and through a span; a stream's plans
+/// may be in flight together at one frontier (`stream_pipelines`, the daemon's setting on
+/// Linux 6.10 and later).
 pub fn lsl_test_opts() -> LogOptions {
     LogOptions {
         gc_batch_blocks: 16,
         gc_read_gap_blocks: 2,
         compact: CompactOn::Writes,
+        stream_pipelines: true,
         ..LogOptions::default()
     }
 }
