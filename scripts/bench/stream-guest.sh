@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Where a sequential write lands, seen from the sequential read after it: each volume of
 # ZONEDD_VM_STREAM_LIST (default "log log:1 dm-zoned"; log:N = the log layout with N user
-# frontiers, `format --user-frontiers N`) on a fresh image served by `zonedd expose --timing
+# frontiers, `format --user-frontiers N`; a /nopipe suffix runs the daemon with
+# ZONEDD_STREAM_PIPELINES=0, the baseline without stream pipelines) on a fresh image served by `zonedd expose --timing
 # hdd` (the hdd model, docs/hdd-model.md; ZONEDD_VM_STREAM_DEVICE=nullb for a memory null_blk
 # instead), then fio: 1 MiB sequential writes over ZONEDD_VM_STREAM_MB (default 512) at
-# each queue depth of ZONEDD_VM_STREAM_QDS (default "8 1"), each followed by a 1 MiB QD8
+# each queue depth of ZONEDD_VM_STREAM_QDS (default "8 1"), the daemon with
+# ZONEDD_VM_STREAM_QUEUES queues (default 2), each followed by a 1 MiB QD8
 # sequential read of the same span, and the drive's seeks during that read. One line per job.
 # ZONEDD_VM_STREAM_SETTLE_CAP=S (default 0: off): then wait until the engine's GC and idle
 # compaction counters stay unchanged for 15 s (at most S s) and read the span again: whether
@@ -21,6 +23,7 @@ qds=${ZONEDD_VM_STREAM_QDS:-8 1}
 mb=${ZONEDD_VM_STREAM_MB:-512}
 device=${ZONEDD_VM_STREAM_DEVICE:-hdd}
 settle_cap=${ZONEDD_VM_STREAM_SETTLE_CAP:-0}
+queues=${ZONEDD_VM_STREAM_QUEUES:-2}
 out=${OUT:-$VM_SCRATCH}
 mkdir -p "$out"
 
@@ -77,17 +80,24 @@ for v in $list; do
     for qd in $qds; do
         n=$((n + 1))
         backing "$n"
-        layout=${v%%:*} how=()
-        [ "$layout" = "$v" ] || how=(--user-frontiers "${v#*:}")
+        spec=${v%/nopipe} daemon_env=()
+        [ "$spec" = "$v" ] || daemon_env=(ZONEDD_STREAM_PIPELINES=0)
+        layout=${spec%%:*} how=()
+        [ "$layout" = "$spec" ] || how=(--user-frontiers "${spec#*:}")
         "$Z" format --backend "$nb" --layout "$layout" "${how[@]}" >/dev/null
-        res=$("$Z" create --backend "$nb" --queues 2 --depth 64)
+        res=$(env "${daemon_env[@]}" "$Z" create --backend "$nb" --queues "$queues" --depth 64)
         dev=$(sed -n 1p <<<"$res")
         id=$(sed -n 's/^id //p' <<<"$res")
         fio --name=w --filename="$dev" --direct=1 --ioengine=libaio --rw=write --bs=1M \
             --iodepth="$qd" --size="${mb}M" --output-format=json --output="$out/stream-$n-w.json" >/dev/null
         rk=$(read_span "$dev" "$out/stream-$n-r.json") # no /dev/fd in the guest: no <(...)
         r=${rk% *} k=${rk#* }
-        echo "stream: $v, write QD$qd: write $(mbps "$out/stream-$n-w.json" write) MB/s, then read QD8 $r MB/s with $k seeks"
+        "$Z" status "$id" --json >"$out/stream-$n-status.json"
+        piped=$(jq -r '.engine.planned_pipelined // "-"' "$out/stream-$n-status.json")
+        jq -c '{engine: (.engine // {} | {writes, planned_writes, planned_groups,
+            planned_pipelined, turn_waits}), frontend: (.frontend // {} | with_entries(select(
+            .key | test("write|again|handoff"))))}' "$out/stream-$n-status.json" | sed 's/^/stream:   /'
+        echo "stream: $v, write QD$qd: write $(mbps "$out/stream-$n-w.json" write) MB/s, then read QD8 $r MB/s with $k seeks (plans pipelined: $piped)"
         if [ "$settle_cap" -gt 0 ]; then
             echo "stream: $v, write QD$qd: settled in $(settle "$id")"
             rk=$(read_span "$dev" "$out/stream-$n-r2.json")
