@@ -145,15 +145,13 @@ fn compaction_follows_scattered_reads() {
 /// frontiers), read back in requests of one piece each: every request is one device read,
 /// but the scan seeks between requests. It marks the pages, and idle compaction puts the
 /// stream back in order. (Without the scan rule, `compact_scans`, nothing is marked:
-/// `compact_pages` 0.) Without stream pipelines, as on a kernel before 6.10: with them, a
-/// write that continues a stream follows it to its frontier, and the pieces stay together.
+/// `compact_pages` 0.)
 #[test]
 fn a_scan_of_a_stream_in_pieces_marks_and_compacts_it() {
     let dev = formatted_lsl(1024, 64, 4, 64);
     let o = LogOptions {
         compact: CompactOn::Reads,
         compact_scans: true,
-        stream_pipelines: false,
         ..opts()
     };
     let e = Arc::new(LogEngine::open(dev, o).expect("open"));

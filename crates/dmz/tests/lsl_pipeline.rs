@@ -178,8 +178,8 @@ fn a_stream_s_plans_queue_at_its_frontier_and_complete_in_any_order() {
     m.verify(&lopen(dev));
 }
 
-/// A plan dropped unrecorded breaks its pipeline: the stream's next write gets no plan
-/// (through the engine it would wait for the stream's frontier), and when the pipeline's last plan is gone the frontier's room comes back from the hole,
+/// A plan dropped unrecorded breaks its pipeline: the stream's next write goes elsewhere,
+/// and when the pipeline's last plan is gone the frontier's room comes back from the hole,
 /// where the stream's next plan then goes.
 #[test]
 fn a_broken_pipeline_takes_no_plan_and_gives_its_room_back() {
@@ -191,12 +191,13 @@ fn a_broken_pipeline_takes_no_plan_and_gives_its_room_back() {
     let hole = a.0.device_offset();
     // The first is dropped unwritten: the second's write fails at the device then.
     drop(a);
-    // The stream's next write gets no plan: not in the broken pipeline, and not at another
-    // frontier (a stream's piece goes only to its stream's frontier).
-    assert!(
-        plan(&e, 24, 8, 5).is_none(),
-        "a plan for the stream's next write"
+    let c = plan(&e, 24, 8, 5).expect("a plan elsewhere");
+    assert_ne!(
+        zone_of(&c),
+        hole / ZONE_BYTES,
+        "a broken pipeline took a plan"
     );
+    drop(c);
     drop(b);
     let again = plan(&e, 8, 8, 6).expect("a plan");
     assert_eq!(again.0.device_offset(), hole, "the room did not come back");
@@ -318,39 +319,6 @@ fn a_later_plan_recorded_before_the_earlier_ones_survives_a_crash_alone() {
     drop(d);
     drop(e);
     let e = lopen(dev);
-    m.verify(&e);
-    e.debug_check().unwrap();
-}
-
-/// A write through the engine that belongs to a stream (it starts a little ahead of where
-/// the stream goes on) waits for the stream's frontier, whose turn a pipeline holds, and
-/// lands right after it there, not at another frontier whose turn is free.
-#[test]
-fn a_stream_s_write_through_the_engine_waits_for_the_stream_s_frontier() {
-    let (e, dev) = volume(lsl_test_opts());
-    lwrite(&e, 0, 8, 1, false);
-    let a = plan(&e, 8, 8, 2).expect("a plan");
-    let a_end = a.0.device_offset() + 8 * BS as u64;
-    let later = {
-        let e = e.clone();
-        std::thread::spawn(move || lwrite(&e, 24, 4, 3, false))
-    };
-    while !later.is_finished() && e.stats().turn_waits == 0 {
-        std::thread::yield_now();
-    }
-    assert_eq!(e.stats().turn_waits, 1, "it took another frontier's turn");
-    write_data(&dev, &a);
-    complete(&e, a).unwrap();
-    later.join().unwrap();
-    let mut want = vec![0u8; 4 * BS];
-    pattern(3, 24, &mut want);
-    let mut got = vec![0u8; 4 * BS];
-    dev.read_at(&mut got, a_end).unwrap();
-    assert!(got == want, "the write did not land right after the stream");
-    let mut m = LModel::new(&e);
-    m.ids[0..8].fill(1);
-    m.ids[8..16].fill(2);
-    m.ids[24..28].fill(3);
     m.verify(&e);
     e.debug_check().unwrap();
 }

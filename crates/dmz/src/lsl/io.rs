@@ -86,7 +86,7 @@ impl LogEngine {
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
         self.wait_planned(first, n);
         let last = {
-            let (slot, _turn) = self.take_turn(first);
+            let (slot, _turn) = self.take_turn();
             let mut done = 0u32;
             let mut last = 0;
             while done < n {
@@ -123,25 +123,16 @@ impl LogEngine {
         Ok(last)
     }
 
-    /// A user frontier's turn for a write from logical block `first`: the turn of the
-    /// frontier whose stream the write belongs to, waited for (`LogEngine::stream_slot`,
-    /// with stream pipelines); else the first free one (so a lone writer keeps one frontier
-    /// and its stream stays in one zone), else wait for one, taken in rotation. A wait is
-    /// counted in `turn_waiters`: a stream's pipeline holding the turn then ends.
-    fn take_turn(&self, first: u32) -> (Slot, ArcMutexGuard<RawMutex, ()>) {
-        let stream = self.stream_slot(first);
+    /// A user frontier's turn: the first free one (so a lone writer keeps one frontier and
+    /// its stream stays in one zone), else wait for one, taken in rotation (counted in
+    /// `turn_waiters`: a stream's pipeline holding it then ends).
+    fn take_turn(&self) -> (Slot, ArcMutexGuard<RawMutex, ()>) {
         for (s, t) in self.turns.iter().enumerate() {
-            if stream.is_some_and(|k| k.0 != s) {
-                continue;
-            }
             if let Some(g) = t.try_lock_arc() {
                 return (Slot(s), g);
             }
         }
-        let s = match stream {
-            Some(k) => k.0,
-            None => self.next_turn.fetch_add(1, Ordering::Relaxed) % self.turns.len(),
-        };
+        let s = self.next_turn.fetch_add(1, Ordering::Relaxed) % self.turns.len();
         self.turn_waiters[s].fetch_add(1, Ordering::Relaxed);
         self.stats.turn_waits.fetch_add(1, Ordering::Relaxed);
         let turn = self.turns[s].lock_arc();

@@ -110,12 +110,6 @@ pub struct LogOptions {
     /// kernel to keep a zone's writes in the order they were submitted (zone write
     /// plugging, Linux 6.10): off by default; `zonedd create` turns it on there.
     pub stream_pipelines: bool,
-    /// With `stream_pipelines`, a write that starts at most this many blocks after where a
-    /// stream goes on at a user frontier is taken for one of its pieces: planned only
-    /// there, and through the engine it waits for that frontier's turn (`plan::stream_owner`).
-    /// Default 2048 (8 MiB, what a 1 MiB QD8 stream has in flight); a random write that
-    /// falls there only waits for one turn where it could have taken any free one.
-    pub stream_ahead_blocks: u32,
     /// Bytes the metadata state may keep resident: the index directory, 5 MiB for the rest
     /// of the state (zone table, frontier summaries, GC's live list: about 4.4 MiB at
     /// 10 TiB), and a cache of index pages in what is left (at least 1 page). The default
@@ -143,7 +137,6 @@ impl Default for LogOptions {
             compact: CompactOn::Reads,
             compact_scans: false,
             stream_pipelines: false,
-            stream_ahead_blocks: 2048,
             index_memory: 64 << 20,
         }
     }

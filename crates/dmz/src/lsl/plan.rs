@@ -235,19 +235,6 @@ impl LogEngine {
                 return Some(plan);
             }
         }
-        // A stream's piece goes only to its stream's frontier (`stream_slot`).
-        let owners: Vec<Option<Slot>> = {
-            let mut st = self.state.lock();
-            writes
-                .iter()
-                .map(|&(offset, len)| {
-                    let (first, _) = self.range(offset, len as usize).ok()?;
-                    let on = self.opts.stream_pipelines;
-                    let ahead = self.opts.stream_ahead_blocks;
-                    on.then(|| stream_owner(&mut st, self.turns.len(), first, ahead))?
-                })
-                .collect()
-        };
         let data_blocks = self.layout.data_blocks();
         for (s, t) in self.turns.iter().enumerate() {
             let Some(turn) = t.try_lock_arc() else {
@@ -258,8 +245,7 @@ impl LogEngine {
                 continue;
             };
             let room = (data_blocks - f.wp).min(IO_BATCH_BLOCKS);
-            let allowed = |i: usize| owners[i].is_none_or(|o| o.0 == s);
-            let members = self.pick_members(writes, room, &planned.ranges, allowed);
+            let members = self.pick_members(writes, room, &planned.ranges);
             if members.is_empty() {
                 continue;
             }
@@ -341,20 +327,6 @@ impl LogEngine {
         None
     }
 
-    /// With stream pipelines, the user frontier whose stream a write from logical block
-    /// `first` belongs to: where it goes on is at most `LogOptions::stream_ahead_blocks`
-    /// before `first`. Such a write is planned only there, and through the engine (one a stream's
-    /// pipeline had no plan for: at a zone's end, behind a write that went to the pool, or
-    /// while a write waits for the turn) it waits for that frontier's turn instead of
-    /// taking any free one: it lands with its stream, near its place, not in another zone.
-    pub(super) fn stream_slot(&self, first: u32) -> Option<Slot> {
-        if !self.opts.stream_pipelines {
-            return None;
-        }
-        let ahead = self.opts.stream_ahead_blocks;
-        stream_owner(&mut self.state.lock(), self.turns.len(), first, ahead)
-    }
-
     /// Place `members` one after the other at `f` (the frontier of `pipe`'s slot): the
     /// summary names their blocks, and they join the planned writes in flight.
     fn place_planned(
@@ -383,13 +355,12 @@ impl LogEngine {
     }
 
     /// The writes of a group that fit `room` blocks, in the order asked, none overlapping a
-    /// write in `planned` or an earlier one picked, each `allowed` (by its index).
+    /// write in `planned` or an earlier one picked.
     fn pick_members(
         &self,
         writes: &[(u64, u64)],
         room: u32,
         planned: &[(u32, u32)],
-        allowed: impl Fn(usize) -> bool,
     ) -> Vec<Member> {
         let mut members: Vec<Member> = Vec::new();
         let (mut total, mut bytes) = (0, 0);
@@ -397,9 +368,6 @@ impl LogEngine {
             let Ok((first, n)) = self.range(offset, len as usize) else {
                 continue;
             };
-            if !allowed(idx) {
-                continue;
-            }
             // Its record: the group's records go to the log in one block.
             let rec_len = LogRec::append_len(n);
             let clash = |&(f, k): &(u32, u32)| overlaps((f, k), (first, n));
@@ -475,18 +443,6 @@ fn overlaps(a: (u32, u32), b: (u32, u32)) -> bool {
 fn stream_next(f: &Frontier) -> Option<u32> {
     let last = f.wp.checked_sub(1)?;
     f.summary[last as usize].map(|l| l.0 + 1)
-}
-
-/// The first of the `users` user frontiers where a stream goes on at most `ahead` blocks
-/// before logical block `first`.
-fn stream_owner(st: &mut Meta, users: usize, first: u32, ahead: u32) -> Option<Slot> {
-    (0..users).map(Slot).find(|&s| {
-        st.zones
-            .frontier(s)
-            .as_ref()
-            .and_then(stream_next)
-            .is_some_and(|next| first >= next && first - next <= ahead)
-    })
 }
 
 /// The writes (their block ranges, `None` for one out of range) that continue one another

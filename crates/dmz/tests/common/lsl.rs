@@ -39,15 +39,13 @@ pub fn formatted_lsl(
 /// gaps of up to 2 blocks (`gc_read_gap_blocks`, a disk's setting), so that its reads are
 /// of both kinds: straight into the batch's buffer, and through a span; a stream's plans
 /// may be in flight together at one frontier (`stream_pipelines`, the daemon's setting on
-/// Linux 6.10 and later), a write up to 8 blocks past a stream's end taken for one of its
-/// pieces (`stream_ahead_blocks`: the default's 8 MiB is more than these small volumes).
+/// Linux 6.10 and later).
 pub fn lsl_test_opts() -> LogOptions {
     LogOptions {
         gc_batch_blocks: 16,
         gc_read_gap_blocks: 2,
         compact: CompactOn::Writes,
         stream_pipelines: true,
-        stream_ahead_blocks: 8,
         ..LogOptions::default()
     }
 }
