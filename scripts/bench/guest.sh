@@ -6,7 +6,8 @@
 #   zd-log       the same on the log layout (`zonedd format --layout log`, issue 14); zd-logN
 #                with N user frontiers (`--user-frontiers N`; zd-log: the default, 4);
 #                zd-log-cw, zd-log-cn: with `create --compact writes` / `never` (zd-log:
-#                the default, `reads`); zd-log-ring: writes hop-free (ZONEDD_HOP_FREE_WRITES=1)
+#                the default, `reads`); zd-log-ring: writes hop-free (ZONEDD_HOP_FREE_WRITES=1);
+#                zd-log-nopipe: without stream pipelines (ZONEDD_STREAM_PIPELINES=0)
 #   zd-unbound8  zonedd's /dev/ublkbN, --pool unbound:8 (zd-unboundN: --pool unbound:N;
 #                zd-percpu-nobatch, zd-unboundN-nobatch: with ZONEDD_BATCH_SYNC=0)
 #   zd-*-base    any zd-* target served by the build given to bench-vm.sh --base BIN
@@ -175,7 +176,7 @@ drop_backing() {
 zd_format() { # zd_format [TARGET]: zd-log[N] formats the log layout (issue 14), others dm-zoned v2
     local how=(--reserved-seq "$RESERVED")
     case ${1:-} in
-    zd-log | zd-log-c[wn] | zd-log-ring) how=(--layout log) ;;
+    zd-log | zd-log-c[wn] | zd-log-ring | zd-log-nopipe) how=(--layout log) ;;
     zd-log[1-4]) how=(--layout log --user-frontiers "${1#zd-log}") ;;
     esac
     "$Z" format --backend "$NB" "${how[@]}" --force >"$OUT/format.log" 2>&1 || {
@@ -217,6 +218,7 @@ target_up() {
         local extra=() envs=(ZONEDD_BATCH_SYNC=$batch)
         case $name in
         zd-log-ring) envs+=(ZONEDD_HOP_FREE_WRITES=1) ;;
+        zd-log-nopipe) envs+=(ZONEDD_STREAM_PIPELINES=0) ;;
         zd-log-cw) extra=(--compact writes) ;;
         zd-log-cn) extra=(--compact never) ;;
         esac
