@@ -54,12 +54,9 @@ def add_targets(names):
         if not t.startswith("zd-") or t in TARGETS:
             continue
         base = t.removesuffix("-nobatch")
-        if t == "zd-log-nopipe":
-            TARGETS.append(t)
-            ZD.append(t)
-            NAMES[t] = "zonedd log layout, no stream pipelines"
-            continue
-        if base.startswith("zd-unbound"):
+        if base == "zd-log-nopipe":
+            name = "zonedd log layout, no stream pipelines"
+        elif base.startswith("zd-unbound"):
             name = "zonedd unbound:" + base[len("zd-unbound"):]
         elif base == "zd-percpu":
             name = "zonedd percpu"

@@ -14,14 +14,14 @@ use serde_json::{json, Value};
 
 use super::create::Opened;
 
-/// Requests are split, and ordered on the pool, per this much of the logical space. A ublk
-/// request carries at most 512 KiB (`frontend::device::IO_BUF_BYTES`): each request of a
-/// stream is then a range of its own, and a hop-free write of it does not wait for the one
+/// Requests are split, and ordered on the pool, per this much of the logical space: what
+/// one ublk request carries at most (512 KiB). Each request of a stream is then a range of
+/// its own, and a hop-free write of it does not wait for the one
 /// before it (one hop-free write per range at a time), so a stream's writes can be planned
 /// behind one another (the engine's stream pipelines). With 4 MiB ranges, no plan of a
 /// 1 MiB QD8 stream on the hdd model was ever pipelined (docs/PERFORMANCE.md, "Stream
 /// pipelines").
-const RANGE: u64 = 512 << 10;
+const RANGE: u64 = frontend::device::IO_BUF_BYTES as u64;
 
 struct LogTarget(Arc<dmz::lsl::LogEngine>);
 

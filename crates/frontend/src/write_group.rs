@@ -169,15 +169,13 @@ fn plan_all(members: &[Member], shared: &QueueShared, limit: IoLimit) -> Vec<Pla
             .map(|&i| (members[i].offset, members[i].len))
             .collect();
         let plan = shared.target.plan_write_group(&asked);
-        let placed: Vec<usize> = plan
-            .as_ref()
-            .map_or(Vec::new(), |p| p.placed.iter().map(|&k| rest[k]).collect());
-        let Some(plan) = plan.filter(|_| !placed.is_empty()) else {
+        let Some(plan) = plan.filter(|p| !p.placed.is_empty()) else {
             for i in rest.drain(..n) {
                 members[i].finish(HopFree::NoPlan);
             }
             continue;
         };
+        let placed: Vec<usize> = plan.placed.iter().map(|&k| rest[k]).collect();
         rest.retain(|i| !placed.contains(i));
         plans.push(Planned {
             plan,

@@ -227,11 +227,9 @@ impl LogEngine {
         } = load(&dev, opts.index_memory, opts.compact, Mode::Open)?;
         layout.check_limits(&dev.geometry())?;
         meta.log.start_at(next_seq);
-        let layout_users = layout.user_frontiers();
-        let planned = super::plan::Planned::new(layout_users as usize);
-        let turns = (0..layout.user_frontiers())
-            .map(|_| Arc::new(Mutex::new(())))
-            .collect();
+        let users = layout.user_frontiers();
+        let planned = super::plan::Planned::new(users as usize);
+        let turns = (0..users).map(|_| Arc::new(Mutex::new(()))).collect();
         let e = LogEngine {
             dev,
             layout,
@@ -239,7 +237,7 @@ impl LogEngine {
             state: Mutex::new(meta),
             turns,
             next_turn: AtomicUsize::new(0),
-            turn_waiters: (0..layout_users).map(|_| AtomicUsize::new(0)).collect(),
+            turn_waiters: (0..users).map(|_| AtomicUsize::new(0)).collect(),
             wlock: Mutex::new(()),
             log_write: Arc::new(Mutex::new(())),
             planned: Mutex::new(planned),

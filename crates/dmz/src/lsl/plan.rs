@@ -58,8 +58,7 @@ use super::{EngineError, LogEngine};
 /// zone's write pointer all the same, the next write there fails at the device and stops
 /// the engine: never a silent misplacement.
 pub struct LogWritePlan {
-    engine: Arc<LogEngine>,
-    /// The turn it holds, with the plans placed before it still in flight.
+    /// The turn it holds, with the plans placed before it still in flight (and the engine).
     pipe: Arc<Pipeline>,
     off: u32,
     /// The writes placed, in device order from `off`.
@@ -345,7 +344,6 @@ impl LogEngine {
             planned.ranges.push((m.first, m.n));
         }
         LogWritePlan {
-            engine: self.clone(),
             pipe,
             off,
             members,
@@ -564,7 +562,10 @@ impl std::fmt::Debug for LogReadPlan {
 impl LogWritePlan {
     /// Byte offset on the device (of the read source: add its `base`) for the data.
     pub fn device_offset(&self) -> u64 {
-        self.engine.layout.zone_offset(self.pipe.zone, self.off)
+        self.pipe
+            .engine
+            .layout
+            .zone_offset(self.pipe.zone, self.off)
     }
 
     /// The writes placed ([`LogEngine::plan_writes`]), by their index among those asked
@@ -592,7 +593,7 @@ impl LogWritePlan {
     /// [`LogWritePlan::complete`] with the data in parts (each write's buffer, in the
     /// order placed).
     pub fn complete_parts(mut self, parts: &[&[u8]]) -> Result<u64, EngineError> {
-        let e = self.engine.clone();
+        let e = self.pipe.engine.clone();
         let n = self.blocks() as u64;
         let recs = self.records(parts);
         let seq = {
@@ -623,7 +624,7 @@ impl LogWritePlan {
         self,
         parts: &[&[u8]],
     ) -> Result<Result<u64, EngineError>, LogWritePlan> {
-        let e = self.engine.clone();
+        let e = self.pipe.engine.clone();
         let recs = self.records(parts);
         let Some(_w) = e.wlock.try_lock() else {
             return Err(self);
@@ -673,7 +674,7 @@ impl LogWritePlan {
         &mut self,
         append: impl FnOnce() -> Result<u64, EngineError>,
     ) -> Result<u64, EngineError> {
-        let e = &self.engine;
+        let e = &self.pipe.engine;
         e.check_failed()?;
         let blocks = self.blocks() as u64;
         let end = self.off + self.blocks();
@@ -698,7 +699,7 @@ impl LogWritePlan {
     /// [`LogWritePlan::complete`].
     #[doc(hidden)]
     pub fn write_for_test(&mut self, data: &[u8]) -> Result<(), EngineError> {
-        let e = &self.engine;
+        let e = &self.pipe.engine;
         e.dev(e.dev.write_at(data, self.device_offset()))?;
         self.through_device = true;
         Ok(())
@@ -707,7 +708,7 @@ impl LogWritePlan {
 
 impl Drop for LogWritePlan {
     fn drop(&mut self) {
-        let e = &self.engine;
+        let e = &self.pipe.engine;
         if !self.done {
             // Its blocks name nothing; its pipeline gives the room back when it ends.
             let r = self.off as usize..(self.off + self.blocks()) as usize;
